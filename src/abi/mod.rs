@@ -1,0 +1,168 @@
+//! The C boundary. Every exported function is written with [`entry!`], which:
+//! * exports it unmangled with the C ABI;
+//! * runs the body inside `catch_unwind`, so a panic becomes `EIO` and never crosses into C;
+//! * converts the body's `Result` into the function's C convention, named by a [`Convention`]
+//!   type: `MinusOne` (0 / −1 + errno), `Value<T>` (a value / −1 + errno), `NullOr<T>` (pointer /
+//!   NULL + errno), `PositiveErrno` (0 / a positive errno, as most `ibv_*` calls), `Nothing`
+//!   (void; errno set on error) and `Infallible<T>` (a plain value; errors give `T::default()`).
+//!
+//! No logic lives here: bodies look up handles and call into `cm`/`verbs`.
+
+use crate::errno::{Errno, Result};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub mod rdma_cma;
+pub mod rdma_verbs;
+pub mod rsocket;
+pub mod verbs;
+
+/// How a `Result` becomes a C return value.
+pub trait Convention {
+    type Ok;
+    type C;
+    fn to_c(r: Result<Self::Ok>) -> Self::C;
+}
+
+/// 0 on success, −1 with errno on failure.
+pub struct MinusOne;
+impl Convention for MinusOne {
+    type Ok = ();
+    type C = libc::c_int;
+    fn to_c(r: Result<()>) -> libc::c_int {
+        match r {
+            Ok(()) => 0,
+            Err(e) => {
+                e.set();
+                -1
+            }
+        }
+    }
+}
+
+/// A non-negative value on success, −1 with errno on failure.
+pub struct Value<T>(std::marker::PhantomData<T>);
+impl<T: From<i8>> Convention for Value<T> {
+    type Ok = T;
+    type C = T;
+    fn to_c(r: Result<T>) -> T {
+        r.unwrap_or_else(|e| {
+            e.set();
+            T::from(-1)
+        })
+    }
+}
+
+/// A pointer on success, NULL with errno on failure.
+pub struct NullOr<T>(std::marker::PhantomData<T>);
+impl<T> Convention for NullOr<T> {
+    type Ok = *mut T;
+    type C = *mut T;
+    fn to_c(r: Result<*mut T>) -> *mut T {
+        r.unwrap_or_else(|e| {
+            e.set();
+            std::ptr::null_mut()
+        })
+    }
+}
+
+/// 0 on success, the positive errno on failure (errno is set too).
+pub struct PositiveErrno;
+impl Convention for PositiveErrno {
+    type Ok = ();
+    type C = libc::c_int;
+    fn to_c(r: Result<()>) -> libc::c_int {
+        match r {
+            Ok(()) => 0,
+            Err(e) => {
+                e.set();
+                e.0
+            }
+        }
+    }
+}
+
+/// No return value; errno is set on failure.
+pub struct Nothing;
+impl Convention for Nothing {
+    type Ok = ();
+    type C = ();
+    fn to_c(r: Result<()>) {
+        if let Err(e) = r {
+            e.set();
+        }
+    }
+}
+
+/// A plain value that has no error return; failures give the default value (and set errno).
+pub struct Infallible<T>(std::marker::PhantomData<T>);
+impl<T: Default> Convention for Infallible<T> {
+    type Ok = T;
+    type C = T;
+    fn to_c(r: Result<T>) -> T {
+        r.unwrap_or_else(|e| {
+            e.set();
+            T::default()
+        })
+    }
+}
+
+/// Runs an exported function's body: panics become `EIO`, the result becomes `C::C`.
+pub fn call<C: Convention>(body: impl FnOnce() -> Result<C::Ok>) -> C::C {
+    let r = catch_unwind(AssertUnwindSafe(body)).unwrap_or(Err(Errno::EIO));
+    C::to_c(r)
+}
+
+/// Declares exported C functions: `fn name(args) -> Convention { body returning Result }`.
+#[macro_export]
+macro_rules! entry {
+    ($(
+        $(#[$attr:meta])*
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $conv:ty $body:block
+    )*) => {$(
+        $(#[$attr])*
+        ///
+        /// # Safety
+        /// Pointer arguments are checked (NULL and dead handles give an error); pointers to
+        /// caller memory must be valid for the sizes the man page states.
+        #[no_mangle]
+        #[allow(clippy::missing_safety_doc, unused_unsafe)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> <$conv as $crate::abi::Convention>::C {
+            $crate::abi::call::<$conv>(move || $body)
+        }
+    )*};
+}
+
+/// Declares exported functions that exist for ABI completeness but are not implemented yet:
+/// each fails cleanly with its convention and the given errno, never crashes.
+#[macro_export]
+macro_rules! unimplemented_entry {
+    ($errno:expr => $(
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $conv:ty;
+    )*) => {$(
+        $crate::entry! {
+            /// Not implemented yet: fails with the errno given in its declaration.
+            fn $name($($arg: $ty),*) -> $conv {
+                $(let _ = $arg;)*
+                Err($errno)
+            }
+        }
+    )*};
+}
+
+/// Borrows a C out-parameter, `EINVAL` if NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for writes of `T`.
+pub unsafe fn out<'a, T>(p: *mut T) -> Result<&'a mut T> {
+    // SAFETY: per the function's contract.
+    unsafe { p.as_mut() }.ok_or(Errno::EINVAL)
+}
+
+/// Borrows a C in-parameter, `EINVAL` if NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for reads of `T`.
+pub unsafe fn arg<'a, T>(p: *const T) -> Result<&'a T> {
+    // SAFETY: per the function's contract.
+    unsafe { p.as_ref() }.ok_or(Errno::EINVAL)
+}
