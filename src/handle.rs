@@ -62,6 +62,21 @@ impl<T> Drop for CBox<T> {
     }
 }
 
+/// A C struct whose pointers are only data to its holder (passed back to C, never dereferenced
+/// by us without a registry lookup), so it may move between threads.
+pub struct CData<T>(pub T);
+
+// SAFETY: see the type's comment.
+unsafe impl<T> Send for CData<T> {}
+// SAFETY: see the type's comment.
+unsafe impl<T> Sync for CData<T> {}
+
+/// Copies a plain C struct that bindgen did not mark `Copy`.
+pub fn pod_copy<T>(v: &T) -> T {
+    // SAFETY: only used for rdma-core's C structs: plain data without ownership or drop glue.
+    unsafe { std::ptr::read(v) }
+}
+
 /// Live objects of one kind, keyed by the address of the C struct handed out.
 pub struct Registry<T> {
     map: RwLock<HashMap<usize, Arc<T>>>,

@@ -1,1 +1,567 @@
-//! placeholder
+//! librdmacm entry points (`rdma/rdma_cma.h`).
+
+use crate::abi::{arg, out, Infallible, MinusOne, Nothing, NullOr, Value};
+use crate::cm::addrinfo::{self, GaiError};
+use crate::cm::channel::{self, EventChannel, CHANNELS};
+use crate::cm::id::{self, cm_context, read_sockaddr, CmId};
+use crate::errno::{Errno, Result};
+use crate::sys::*;
+use crate::{entry, unimplemented_entry};
+use libc::{c_char, c_int, c_void, sockaddr};
+use std::ffi::CStr;
+use std::sync::Arc;
+
+fn live(p: *mut rdma_cm_id) -> Result<Arc<CmId>> {
+    id::lookup(p)
+}
+
+/// The default QP type of a port space (rdma_create_id(3)).
+fn qp_type_of(ps: u32) -> Result<u32> {
+    use rdma_port_space::*;
+    match ps {
+        RDMA_PS_TCP | RDMA_PS_IB => Ok(ibv_qp_type::IBV_QPT_RC),
+        RDMA_PS_UDP | RDMA_PS_IPOIB => Ok(ibv_qp_type::IBV_QPT_UD),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// `rdma_create_qp`: creates the CQs (and their channels) the caller left out, as librdmacm
+/// does, then the QP, and brings it to INIT.
+fn create_qp(id: &Arc<CmId>, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
+    use crate::abi::verbs::*;
+    let raw = id.raw.get();
+    if raw.verbs.is_null() || !raw.qp.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    let pd = if pd.is_null() { raw.pd } else { pd };
+    let pdo = crate::verbs::objects().pds.get(pd)?;
+    if pdo.ctx.ptr() != raw.verbs {
+        return Err(Errno::EINVAL);
+    }
+    if (!attr.send_cq.is_null() && !raw.send_cq.is_null() && attr.send_cq != raw.send_cq)
+        || (!attr.recv_cq.is_null() && !raw.recv_cq.is_null() && attr.recv_cq != raw.recv_cq)
+    {
+        return Err(Errno::EINVAL);
+    }
+    let mut made_cqs = Vec::new();
+    let mut made_channels = Vec::new();
+    let mut make = |depth: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
+        // SAFETY: our own exported functions, called with a live context.
+        let ch = unsafe { ibv_create_comp_channel(raw.verbs) };
+        if ch.is_null() {
+            return Err(Errno::last());
+        }
+        // SAFETY: as above; the CQ's context is the id, as librdmacm sets it.
+        let cq = unsafe { ibv_create_cq(raw.verbs, depth.max(1) as c_int, id.ptr().cast(), ch, 0) };
+        if cq.is_null() {
+            let e = Errno::last();
+            // SAFETY: ch is the channel just created.
+            unsafe { ibv_destroy_comp_channel(ch) };
+            return Err(e);
+        }
+        made_cqs.push(cq as usize);
+        made_channels.push(ch as usize);
+        Ok((ch, cq))
+    };
+    let cleanup = |cqs: &[usize], chs: &[usize]| {
+        for c in cqs {
+            // SAFETY: CQs created above.
+            unsafe { ibv_destroy_cq(*c as *mut ibv_cq) };
+        }
+        for c in chs {
+            // SAFETY: channels created above.
+            unsafe { ibv_destroy_comp_channel(*c as *mut ibv_comp_channel) };
+        }
+    };
+    let mut send = (raw.send_cq_channel, raw.send_cq);
+    let mut recv = (raw.recv_cq_channel, raw.recv_cq);
+    if attr.send_cq.is_null() && send.1.is_null() {
+        send = make(attr.cap.max_send_wr)?;
+    }
+    if attr.recv_cq.is_null() && recv.1.is_null() {
+        match make(attr.cap.max_recv_wr) {
+            Ok(r) => recv = r,
+            Err(e) => {
+                cleanup(&made_cqs, &made_channels);
+                return Err(e);
+            }
+        }
+    }
+    if attr.send_cq.is_null() {
+        attr.send_cq = send.1;
+    }
+    if attr.recv_cq.is_null() {
+        attr.recv_cq = recv.1;
+    }
+    // SAFETY: our own exported function with a live PD and a valid attr.
+    let qp = unsafe { ibv_create_qp(pd, attr) };
+    if qp.is_null() {
+        let e = Errno::last();
+        cleanup(&made_cqs, &made_channels);
+        return Err(e);
+    }
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+    a.port_num = raw.port_num;
+    a.qp_access_flags = crate::verbs::mr::ACCESS_REMOTE_WRITE
+        | crate::verbs::mr::ACCESS_REMOTE_READ
+        | crate::verbs::mr::ACCESS_REMOTE_ATOMIC;
+    use ibv_qp_attr_mask as M;
+    let mask =
+        M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0;
+    if let Err(e) = crate::verbs::qp::lookup(qp).and_then(|q| q.modify(&a, mask)) {
+        // SAFETY: the QP created above.
+        unsafe { ibv_destroy_qp(qp) };
+        cleanup(&made_cqs, &made_channels);
+        return Err(e);
+    }
+    id.record_owned(&made_cqs, &made_channels);
+    id.set_raw(|r| {
+        r.qp = qp;
+        r.pd = pd;
+        r.send_cq = attr.send_cq;
+        r.recv_cq = attr.recv_cq;
+        if r.send_cq_channel.is_null() && made_cqs.contains(&(send.1 as usize)) {
+            r.send_cq_channel = send.0;
+        }
+        if r.recv_cq_channel.is_null() && made_cqs.contains(&(recv.1 as usize)) {
+            r.recv_cq_channel = recv.0;
+        }
+    });
+    Ok(())
+}
+
+/// `rdma_destroy_qp`: the QP (unless the caller already destroyed it) and the CQs and channels
+/// rdma_cm created for the id.
+fn destroy_qp(id: &Arc<CmId>) {
+    use crate::abi::verbs::*;
+    let qp = id.raw.get().qp;
+    if !qp.is_null() {
+        // SAFETY: our own exported function; a dead handle just returns EINVAL.
+        unsafe { ibv_destroy_qp(qp) };
+    }
+    let (cqs, chs) = id.take_owned();
+    id.set_raw(|r| {
+        r.qp = std::ptr::null_mut();
+        if cqs.contains(&(r.send_cq as usize)) {
+            r.send_cq = std::ptr::null_mut();
+            r.send_cq_channel = std::ptr::null_mut();
+        }
+        if cqs.contains(&(r.recv_cq as usize)) {
+            r.recv_cq = std::ptr::null_mut();
+            r.recv_cq_channel = std::ptr::null_mut();
+        }
+    });
+    for c in cqs {
+        // SAFETY: CQs this id created; dead handles are refused.
+        unsafe { ibv_destroy_cq(c as *mut ibv_cq) };
+    }
+    for c in chs {
+        // SAFETY: channels this id created; dead handles are refused.
+        unsafe { ibv_destroy_comp_channel(c as *mut ibv_comp_channel) };
+    }
+}
+
+fn create_srq(id: &Arc<CmId>, pd: *mut ibv_pd, attr: &mut ibv_srq_init_attr) -> Result<()> {
+    let raw = id.raw.get();
+    if !raw.srq.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    let pd = if pd.is_null() { raw.pd } else { pd };
+    // SAFETY: our own exported function with a valid attr.
+    let srq = unsafe { crate::abi::verbs::ibv_create_srq(pd, attr) };
+    if srq.is_null() {
+        return Err(Errno::last());
+    }
+    id.set_raw(|r| r.srq = srq);
+    Ok(())
+}
+
+entry! {
+    fn rdma_create_event_channel() -> NullOr<rdma_event_channel> {
+        EventChannel::create()
+    }
+
+    fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) -> Nothing {
+        CHANNELS.remove(ch).ok_or(Errno::EINVAL).map(|_| ())
+    }
+
+    fn rdma_create_id(ch: *mut rdma_event_channel, id: *mut *mut rdma_cm_id, context: *mut c_void, ps: u32) -> MinusOne {
+        // SAFETY: id is NULL or a valid out-pointer.
+        let out_id = unsafe { out(id) }?;
+        let channel = if ch.is_null() { None } else { Some(id::channel(ch)?) };
+        let new = CmId::create(channel, context, ps, qp_type_of(ps)?)?;
+        *out_id = new.ptr();
+        Ok(())
+    }
+
+    fn rdma_destroy_id(id: *mut rdma_cm_id) -> MinusOne {
+        live(id)?.destroy()
+    }
+
+    fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: addr is NULL or a socket address of its family's size.
+        i.bind(unsafe { read_sockaddr(addr) }?)
+    }
+
+    fn rdma_resolve_addr(id: *mut rdma_cm_id, src: *mut sockaddr, dst: *mut sockaddr, timeout_ms: c_int) -> MinusOne {
+        let i = live(id)?;
+        let _ = timeout_ms;
+        // SAFETY: src and dst are NULL or socket addresses of their family's size.
+        let dst = unsafe { read_sockaddr(dst) }?;
+        let src = if src.is_null() {
+            None
+        } else {
+            // SAFETY: as above.
+            Some(unsafe { read_sockaddr(src) }?)
+        };
+        i.resolve_addr(src, dst)
+    }
+
+    fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> MinusOne {
+        let _ = timeout_ms;
+        live(id)?.resolve_route()
+    }
+
+    fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> MinusOne {
+        live(id)?.listen(backlog)
+    }
+
+    fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: param is NULL or valid for reads.
+        i.connect(unsafe { param.as_ref() })
+    }
+
+    fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: param is NULL or valid for reads.
+        i.accept(unsafe { param.as_ref() })
+    }
+
+    fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, len: u8) -> MinusOne {
+        let i = live(id)?;
+        let pd: &[u8] = if private_data.is_null() || len == 0 {
+            &[]
+        } else {
+            // SAFETY: private_data holds len bytes per the man page.
+            unsafe { std::slice::from_raw_parts(private_data.cast(), len as usize) }
+        };
+        i.reject(pd, crate::cm::proto::REJ_CONSUMER)
+    }
+
+    fn rdma_reject_ece(id: *mut rdma_cm_id, private_data: *const c_void, len: u8) -> MinusOne {
+        let i = live(id)?;
+        let pd: &[u8] = if private_data.is_null() || len == 0 {
+            &[]
+        } else {
+            // SAFETY: private_data holds len bytes per the man page.
+            unsafe { std::slice::from_raw_parts(private_data.cast(), len as usize) }
+        };
+        // IB CM reject reason 35: vendor option not supported (the ECE reject).
+        i.reject(pd, 35)
+    }
+
+    fn rdma_establish(id: *mut rdma_cm_id) -> MinusOne {
+        live(id)?.establish()
+    }
+
+    fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> MinusOne {
+        let _ = event;
+        live(id)?;
+        Ok(())
+    }
+
+    fn rdma_disconnect(id: *mut rdma_cm_id) -> MinusOne {
+        live(id)?.disconnect()
+    }
+
+    fn rdma_get_cm_event(ch: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> MinusOne {
+        let c = id::channel(ch)?;
+        // SAFETY: event is NULL or a valid out-pointer.
+        let o = unsafe { out(event) }?;
+        *o = c.get()?;
+        Ok(())
+    }
+
+    fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> MinusOne {
+        channel::ack(event)
+    }
+
+    fn rdma_get_src_port(id: *mut rdma_cm_id) -> Infallible<u16> {
+        Ok(live(id)?.src_port().to_be())
+    }
+
+    fn rdma_get_dst_port(id: *mut rdma_cm_id) -> Infallible<u16> {
+        Ok(live(id)?.dst_port().to_be())
+    }
+
+    fn rdma_get_devices(num: *mut c_int) -> NullOr<*mut ibv_context> {
+        let ctx = cm_context()?;
+        // SAFETY: malloc of two pointers; freed by rdma_free_devices.
+        let list = unsafe { libc::malloc(2 * std::mem::size_of::<*mut ibv_context>()) } as *mut *mut ibv_context;
+        if list.is_null() {
+            return Err(Errno::ENOMEM);
+        }
+        // SAFETY: list holds two slots.
+        unsafe {
+            *list = ctx;
+            *list.add(1) = std::ptr::null_mut();
+        }
+        // SAFETY: num is NULL or a valid out-pointer.
+        if let Some(n) = unsafe { num.as_mut() } {
+            *n = 1;
+        }
+        Ok(list)
+    }
+
+    fn rdma_free_devices(list: *mut *mut ibv_context) -> Nothing {
+        // SAFETY: list came from rdma_get_devices (malloc) or is NULL.
+        unsafe { libc::free(list.cast()) };
+        Ok(())
+    }
+
+    fn rdma_event_str(event: c_int) -> Infallible<*const c_char> {
+        const NAMES: [&CStr; 16] = [
+            c"RDMA_CM_EVENT_ADDR_RESOLVED",
+            c"RDMA_CM_EVENT_ADDR_ERROR",
+            c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+            c"RDMA_CM_EVENT_ROUTE_ERROR",
+            c"RDMA_CM_EVENT_CONNECT_REQUEST",
+            c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+            c"RDMA_CM_EVENT_CONNECT_ERROR",
+            c"RDMA_CM_EVENT_UNREACHABLE",
+            c"RDMA_CM_EVENT_REJECTED",
+            c"RDMA_CM_EVENT_ESTABLISHED",
+            c"RDMA_CM_EVENT_DISCONNECTED",
+            c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+            c"RDMA_CM_EVENT_MULTICAST_JOIN",
+            c"RDMA_CM_EVENT_MULTICAST_ERROR",
+            c"RDMA_CM_EVENT_ADDR_CHANGE",
+            c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        ];
+        Ok(usize::try_from(event).ok().and_then(|i| NAMES.get(i)).map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr()))
+    }
+
+    fn rdma_set_option(id: *mut rdma_cm_id, level: c_int, optname: c_int, optval: *mut c_void, optlen: usize) -> MinusOne {
+        let i = live(id)?;
+        if optval.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        // Levels and options of rdma_cma.h: RDMA_OPTION_ID (0): TOS 0 (u8), REUSEADDR 1 (int),
+        // AFONLY 2 (int), ACK_TIMEOUT 3 (u8); RDMA_OPTION_IB (1): IB_PATH 1.
+        match (level, optname) {
+            (0, 0) | (0, 3) if optlen == 1 => Ok(()),
+            (0, 1) if optlen == std::mem::size_of::<c_int>() => Ok(()),
+            (0, 2) if optlen == std::mem::size_of::<c_int>() => {
+                // SAFETY: optval holds an int (optlen checked).
+                i.set_afonly(unsafe { *(optval as *const c_int) } != 0);
+                Ok(())
+            }
+            (1, 1) => Ok(()),
+            (0, 0..=3) => Err(Errno::EINVAL),
+            _ => Err(Errno::ENOSYS),
+        }
+    }
+
+    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: attr is NULL or valid for reads and writes.
+        create_qp(&i, pd, unsafe { out(attr) }?)
+    }
+
+    fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: attr is NULL or valid for reads and writes.
+        let a = unsafe { out(attr) }?;
+        // Only the basic attributes (PD, optionally no create flags) map onto this provider.
+        let pd_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+        let flags_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_CREATE_FLAGS.0;
+        if a.comp_mask & !(pd_bit | flags_bit) != 0 || (a.comp_mask & flags_bit != 0 && a.create_flags != 0) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let mut basic = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: crate::handle::pod_copy(&a.cap),
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let pd = if a.comp_mask & pd_bit != 0 { a.pd } else { std::ptr::null_mut() };
+        create_qp(&i, pd, &mut basic)?;
+        a.cap = basic.cap;
+        a.send_cq = basic.send_cq;
+        a.recv_cq = basic.recv_cq;
+        Ok(())
+    }
+
+    fn rdma_destroy_qp(id: *mut rdma_cm_id) -> Nothing {
+        destroy_qp(&live(id)?);
+        Ok(())
+    }
+
+    fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: attr is NULL or valid for reads and writes.
+        create_srq(&i, pd, unsafe { out(attr) }?)
+    }
+
+    fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: attr is NULL or valid for reads and writes.
+        let a = unsafe { out(attr) }?;
+        if a.comp_mask & ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0 == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if a.srq_type != ibv_srq_type::IBV_SRQT_BASIC {
+            // XRC SRQs belong to issue 5.
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let pd = if a.comp_mask & ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0 != 0 { a.pd } else { std::ptr::null_mut() };
+        let mut basic = ibv_srq_init_attr { srq_context: a.srq_context, attr: crate::handle::pod_copy(&a.attr) };
+        create_srq(&i, pd, &mut basic)?;
+        a.attr = basic.attr;
+        Ok(())
+    }
+
+    fn rdma_destroy_srq(id: *mut rdma_cm_id) -> Nothing {
+        let i = live(id)?;
+        let srq = i.raw.get().srq;
+        if !srq.is_null() {
+            // SAFETY: our own exported function; a dead handle just returns EINVAL.
+            unsafe { crate::abi::verbs::ibv_destroy_srq(srq) };
+        }
+        i.set_raw(|r| r.srq = std::ptr::null_mut());
+        Ok(())
+    }
+
+    fn rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: *const rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> Value<c_int> {
+        // SAFETY: res is NULL or a valid out-pointer.
+        let o = unsafe { out(res) }?;
+        // SAFETY: node and service are NULL or NUL-terminated strings; hints is NULL or valid.
+        let (node, service, hints) = unsafe {
+            (
+                (!node.is_null()).then(|| CStr::from_ptr(node)),
+                (!service.is_null()).then(|| CStr::from_ptr(service)),
+                hints.as_ref(),
+            )
+        };
+        // SAFETY: hints' address fields are NULL or valid for their lengths (the man page).
+        match unsafe { addrinfo::getaddrinfo(node, service, hints) } {
+            Ok(p) => {
+                *o = p;
+                Ok(0)
+            }
+            // EAI codes are returned as they are, errno untouched (rdma-core's behaviour).
+            Err(GaiError::Eai(code)) => Ok(code),
+            Err(GaiError::Errno(e)) => Err(e),
+        }
+    }
+
+    fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) -> Nothing {
+        // SAFETY: res came from rdma_getaddrinfo or is NULL.
+        unsafe { addrinfo::freeaddrinfo(res) };
+        Ok(())
+    }
+
+    fn rdma_create_ep(id: *mut *mut rdma_cm_id, res: *mut rdma_addrinfo, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> MinusOne {
+        // SAFETY: id is NULL or a valid out-pointer; res is NULL or valid.
+        let (out_id, ai) = unsafe { (out(id)?, arg(res)?) };
+        let new = CmId::create(None, std::ptr::null_mut(), ai.ai_port_space as u32, ai.ai_qp_type as u32)?;
+        let r = (|| -> Result<()> {
+            // SAFETY: rdma_addrinfo pointer fields are NULL or valid socket addresses.
+            let src = if ai.ai_src_addr.is_null() { None } else { Some(unsafe { read_sockaddr(ai.ai_src_addr) }?) };
+            if ai.ai_flags & 1 != 0 {
+                // RAI_PASSIVE: bind and keep the QP attributes for rdma_get_request.
+                new.bind(src.ok_or(Errno::EINVAL)?)?;
+                // SAFETY: qp_init_attr is NULL or valid for reads.
+                let saved = unsafe { qp_init_attr.as_ref() }.map(|a| {
+                    let mut a = crate::handle::pod_copy(a);
+                    a.qp_type = ai.ai_qp_type as u32;
+                    a
+                });
+                new.set_ep(pd, saved.as_ref());
+                return Ok(());
+            }
+            // SAFETY: as above.
+            let dst = unsafe { read_sockaddr(ai.ai_dst_addr) }?;
+            new.resolve_addr(src, dst)?;
+            new.resolve_route()?;
+            // SAFETY: qp_init_attr is NULL or valid for reads and writes.
+            if let Some(a) = unsafe { qp_init_attr.as_mut() } {
+                a.qp_type = ai.ai_qp_type as u32;
+                create_qp(&new, pd, a)?;
+            }
+            if !ai.ai_connect.is_null() && ai.ai_connect_len > 0 {
+                // SAFETY: ai_connect holds ai_connect_len bytes.
+                new.set_connect_data(unsafe { std::slice::from_raw_parts(ai.ai_connect.cast(), ai.ai_connect_len) });
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            destroy_qp(&new);
+            let _ = new.destroy();
+            return Err(e);
+        }
+        *out_id = new.ptr();
+        Ok(())
+    }
+
+    fn rdma_destroy_ep(id: *mut rdma_cm_id) -> Nothing {
+        let i = live(id)?;
+        destroy_qp(&i);
+        let srq = i.raw.get().srq;
+        if !srq.is_null() {
+            // SAFETY: our own exported function; a dead handle just returns EINVAL.
+            unsafe { crate::abi::verbs::ibv_destroy_srq(srq) };
+        }
+        i.destroy()
+    }
+
+    fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> MinusOne {
+        let l = live(listen)?;
+        // SAFETY: id is NULL or a valid out-pointer.
+        let o = unsafe { out(id) }?;
+        let nid = l.get_request()?;
+        if let Some((pd, mut attr)) = nid.ep_qp() {
+            if let Err(e) = create_qp(&nid, pd, &mut attr) {
+                let _ = nid.reject(&[], crate::cm::proto::REJ_CONSUMER);
+                let _ = nid.destroy();
+                return Err(e);
+            }
+        }
+        *o = nid.ptr();
+        Ok(())
+    }
+
+    fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> MinusOne {
+        let i = live(id)?;
+        if !i.raw.get().qp.is_null() || ece.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: ece is NULL or valid for reads.
+        let e = unsafe { ece.as_ref() };
+        match e {
+            Some(e) if i.raw.get().qp.is_null() && e.vendor_id != 0 && e.comp_mask == 0 => Err(Errno::EOPNOTSUPP),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+}
+
+// Owned by later issues: multicast (issue 4), migration and rdma_init_qp_attr (issue 5).
+unimplemented_entry! { Errno::ENOSYS =>
+    fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void) -> MinusOne;
+    fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void) -> MinusOne;
+    fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> MinusOne;
+    fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> MinusOne;
+    fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> MinusOne;
+}

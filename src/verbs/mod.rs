@@ -1,1 +1,40 @@
-//! placeholder
+//! Transport-independent verbs semantics: device, context, PD, MR table, CQ and completion
+//! channel, QP state machine and work requests, SRQ, AH.
+
+pub mod ah;
+pub mod cq;
+pub mod device;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+pub mod srq;
+
+use crate::handle::Registry;
+use once_cell::sync::Lazy;
+
+/// The live objects of this process, by the address of the C struct handed out.
+pub struct Objects {
+    pub contexts: Registry<device::Context>,
+    pub pds: Registry<pd::Pd>,
+    pub mrs: Registry<mr::Mr>,
+    pub channels: Registry<cq::CompChannel>,
+    pub cqs: Registry<cq::Cq>,
+    pub qps: Registry<qp::Qp>,
+    pub srqs: Registry<srq::Srq>,
+    pub ahs: Registry<ah::Ah>,
+}
+
+pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
+    contexts: Registry::default(),
+    pds: Registry::default(),
+    mrs: Registry::default(),
+    channels: Registry::default(),
+    cqs: Registry::default(),
+    qps: Registry::default(),
+    srqs: Registry::default(),
+    ahs: Registry::default(),
+});
+
+pub fn objects() -> &'static Objects {
+    &OBJECTS
+}

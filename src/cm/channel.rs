@@ -1,0 +1,107 @@
+//! CM event channels and events.
+//!
+//! The channel fd is an eventfd in semaphore mode: one count per queued event. It is readable
+//! while events are pending, and a caller that sets `O_NONBLOCK` on it gets `EAGAIN`, as with
+//! the kernel's rdma_cm device. An event handed out is a heap `rdma_cm_event` with its own
+//! private-data buffer, valid until `rdma_ack_cm_event`.
+
+use super::id::CmId;
+use crate::errno::{check, Errno, Result};
+use crate::handle::{CBox, Registry};
+use crate::sys::*;
+use once_cell::sync::Lazy;
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+/// rdma-core's RDMA_MAX_PRIVATE_DATA: the buffer size of every event's private data.
+pub const EVENT_PRIVATE: usize = 256;
+
+pub struct Event {
+    pub ev: CBox<rdma_cm_event>,
+    pub private: Box<[u8; EVENT_PRIVATE]>,
+    /// The id the event is counted against until it is acknowledged.
+    pub owner: Arc<CmId>,
+    /// The new id of a CONNECT_REQUEST, kept alive with the event.
+    pub new_id: Option<Arc<CmId>>,
+}
+
+pub struct EventChannel {
+    pub raw: CBox<rdma_event_channel>,
+    efd: OwnedFd,
+    queue: Mutex<VecDeque<Event>>,
+}
+
+pub static CHANNELS: Lazy<Registry<EventChannel>> = Lazy::new(Registry::default);
+pub static EVENTS: Lazy<Registry<Event>> = Lazy::new(Registry::default);
+
+impl EventChannel {
+    pub fn new() -> Result<Arc<EventChannel>> {
+        // SAFETY: plain eventfd(2) call.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) })?;
+        // SAFETY: fd was just created and is owned here.
+        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let raw: CBox<rdma_event_channel> = CBox::zeroed();
+        // SAFETY: not yet published.
+        unsafe { raw.get_mut().fd = efd.as_raw_fd() };
+        Ok(Arc::new(EventChannel { raw, efd, queue: Mutex::new(VecDeque::new()) }))
+    }
+
+    /// Creates a channel handed to the application.
+    pub fn create() -> Result<*mut rdma_event_channel> {
+        let ch = EventChannel::new()?;
+        let p = ch.raw.as_ptr();
+        CHANNELS.insert(p as usize, ch);
+        Ok(p)
+    }
+
+    pub fn fd(&self) -> i32 {
+        self.efd.as_raw_fd()
+    }
+
+    /// Queues an event and makes the fd readable.
+    pub fn post(&self, e: Event) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Waits for the next event (or `EAGAIN` on a non-blocking fd) and hands it out.
+    pub fn get(&self) -> Result<*mut rdma_cm_event> {
+        loop {
+            let mut v: u64 = 0;
+            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
+            let r = unsafe { libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            if r < 0 {
+                let e = Errno::last();
+                if e.0 == libc::EINTR {
+                    continue;
+                }
+                return Err(e);
+            }
+            let next = self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            if let Some(e) = next {
+                let p = e.ev.as_ptr();
+                EVENTS.insert(p as usize, Arc::new(e));
+                return Ok(p);
+            }
+        }
+    }
+
+    /// Drops the queued events of `id` (it is being destroyed).
+    pub fn drop_events_of(&self, id: &Arc<CmId>) -> usize {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let before = q.len();
+        q.retain(|e| !Arc::ptr_eq(&e.owner, id));
+        // A count left behind for a dropped event is skipped by `get` (empty queue).
+        before - q.len()
+    }
+}
+
+/// Acknowledges (frees) an event handed out by `get`.
+pub fn ack(p: *mut rdma_cm_event) -> Result<()> {
+    let e = EVENTS.remove(p).ok_or(Errno::EINVAL)?;
+    e.owner.event_acked();
+    Ok(())
+}

@@ -1,0 +1,1173 @@
+//! CM ids and the connection state machine.
+
+use super::channel::{Event, EventChannel, CHANNELS, EVENT_PRIVATE};
+use super::proto::{self, Msg};
+use crate::errno::{Errno, Result};
+use crate::handle::{pod_copy, CBox, CData, Registry};
+use crate::provider::soft::engine::engine;
+use crate::provider::soft::unix::{self, Pod};
+use crate::sys::*;
+use crate::verbs::{device, objects, qp};
+use once_cell::sync::Lazy;
+use rdma_cm_event_type::*;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+
+pub static IDS: Lazy<Registry<CmId>> = Lazy::new(Registry::default);
+
+pub fn lookup(p: *const rdma_cm_id) -> Result<Arc<CmId>> {
+    IDS.get(p)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum State {
+    Idle,
+    Bound,
+    AddrResolved,
+    RouteResolved,
+    Listen,
+    /// Passive: a request arrived on this (new) id.
+    ReqRcvd,
+    /// Active: REQ sent.
+    Connecting,
+    /// Active without a QP: REP arrived, waiting for `rdma_establish`.
+    RespRcvd,
+    /// Passive: REP sent, waiting for RTU.
+    Accepting,
+    Connected,
+    /// We sent DREQ and wait for the peer.
+    Disconnecting,
+    Disconnected,
+    Rejected,
+}
+
+/// Connection parameters kept for the QP transitions.
+#[derive(Clone, Copy, Default)]
+struct ConnParams {
+    responder_resources: u8,
+    initiator_depth: u8,
+    retry_count: u8,
+    rnr_retry_count: u8,
+}
+
+struct IdState {
+    state: State,
+    local: Option<SocketAddr>,
+    remote: Option<SocketAddr>,
+    /// The socket that holds our rendezvous name (listening or active side).
+    bound: Option<OwnedFd>,
+    /// The CM connection of a connecting or connected id.
+    conn: Option<Arc<OwnedFd>>,
+    /// Events handed to the application (or queued) and not yet acknowledged.
+    outstanding: u32,
+    disconnect_reported: bool,
+    peer_qpn: u32,
+    params: ConnParams,
+    /// `rdma_create_ep` on a passive id: the QP attributes and PD for `rdma_get_request`.
+    ep_qp_attr: Option<CData<ibv_qp_init_attr>>,
+    ep_pd: usize,
+    /// `rai_connect` data prepended to the private data of `rdma_connect`.
+    connect_data: Vec<u8>,
+    /// CQs and channels `rdma_create_qp` created for this id.
+    owned_cqs: Vec<usize>,
+    owned_channels: Vec<usize>,
+    path: Option<Box<ibv_sa_path_rec>>,
+    afonly: bool,
+}
+
+pub struct CmId {
+    pub raw: CBox<rdma_cm_id>,
+    channel: Mutex<Arc<EventChannel>>,
+    pub sync: bool,
+    pub ps: u32,
+    st: Mutex<IdState>,
+    acked: Condvar,
+    me: Weak<CmId>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The device context and default PD the CM binds ids to (one per process, as librdmacm keeps
+/// one per device).
+struct CmDevice {
+    ctx: usize,
+    pd: usize,
+}
+
+static CM_DEVICE: Lazy<Result<CmDevice>> = Lazy::new(|| {
+    let ctx = device::Context::open(device::device_ptr(), crate::abi::verbs::context_ops())?;
+    let c = objects().contexts.get(ctx)?;
+    let pd = crate::verbs::pd::Pd::alloc(c)?;
+    Ok(CmDevice { ctx: ctx as usize, pd: pd as usize })
+});
+
+/// The context `rdma_get_devices` returns and ids are bound to.
+pub fn cm_context() -> Result<*mut ibv_context> {
+    CM_DEVICE.as_ref().map(|d| d.ctx as *mut ibv_context).map_err(|e| *e)
+}
+
+fn cm_pd() -> Result<*mut ibv_pd> {
+    CM_DEVICE.as_ref().map(|d| d.pd as *mut ibv_pd).map_err(|e| *e)
+}
+
+// --- socket addresses ----------------------------------------------------------------------
+
+/// Reads a socket address given by the caller (`EINVAL` for other families, like rdma-core).
+///
+/// # Safety
+/// `sa` is NULL or points at a sockaddr of the size its family implies.
+pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Result<SocketAddr> {
+    // SAFETY: per the function's contract.
+    let fam = unsafe { sa.as_ref() }.ok_or(Errno::EINVAL)?.sa_family as i32;
+    match fam {
+        libc::AF_INET => {
+            // SAFETY: AF_INET addresses are sockaddr_in.
+            let s = unsafe { &*(sa as *const libc::sockaddr_in) };
+            Ok(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
+                u16::from_be(s.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: AF_INET6 addresses are sockaddr_in6.
+            let s = unsafe { &*(sa as *const libc::sockaddr_in6) };
+            Ok(SocketAddr::new(
+                IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
+                u16::from_be(s.sin6_port),
+            ))
+        }
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+fn set_src(r: &mut rdma_cm_id, a: &SocketAddr) {
+    write_storage(std::ptr::addr_of_mut!(r.route.addr.src_addr_union).cast(), a);
+}
+
+fn set_dst(r: &mut rdma_cm_id, a: &SocketAddr) {
+    write_storage(std::ptr::addr_of_mut!(r.route.addr.dst_addr_union).cast(), a);
+}
+
+fn write_storage(dst: *mut libc::sockaddr_storage, a: &SocketAddr) {
+    // SAFETY: dst points at a sockaddr_storage-sized union inside a live rdma_cm_id.
+    let dst = unsafe { &mut *dst };
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    *dst = unsafe { std::mem::zeroed() };
+    match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let s = unsafe { &mut *(dst as *mut _ as *mut libc::sockaddr_in) };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = v4.port().to_be();
+            s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let s = unsafe { &mut *(dst as *mut _ as *mut libc::sockaddr_in6) };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = v6.port().to_be();
+            s.sin6_addr.s6_addr = v6.ip().octets();
+        }
+    }
+}
+
+fn addr_to_wire(a: &SocketAddr) -> [u8; 28] {
+    let mut w = [0u8; 28];
+    let ip = match a.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    w[..16].copy_from_slice(&ip.octets());
+    w[16..18].copy_from_slice(&a.port().to_be_bytes());
+    w
+}
+
+fn addr_from_wire(w: &[u8; 28]) -> SocketAddr {
+    let mut o = [0u8; 16];
+    o.copy_from_slice(&w[..16]);
+    let port = u16::from_be_bytes([w[16], w[17]]);
+    let ip6 = Ipv6Addr::from(o);
+    match ip6.to_ipv4_mapped() {
+        Some(v4) => SocketAddr::new(IpAddr::V4(v4), port),
+        None => SocketAddr::new(IpAddr::V6(ip6), port),
+    }
+}
+
+fn rendezvous(ps: u32, ip: IpAddr, port: u16) -> String {
+    format!("rdmashim/cm/{ps:x}/{port}/{ip}")
+}
+
+/// `true` if `ip` belongs to this host (a socket can bind to it).
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_unspecified()
+        || ip.is_loopback()
+        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+fn random_port() -> u16 {
+    let mut r: u16 = 0;
+    // SAFETY: getrandom into a valid 2-byte buffer.
+    unsafe { libc::getrandom((&mut r as *mut u16).cast(), 2, 0) };
+    32768 + r % 28232
+}
+
+fn gid_of_addr(a: &SocketAddr) -> [u8; 16] {
+    let ip = if a.ip().is_unspecified() {
+        match a.ip() {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        }
+    } else {
+        a.ip()
+    };
+    device::gid_of(ip)
+}
+
+/// The private data and parameters an event reports.
+#[derive(Default)]
+pub struct EventParams<'a> {
+    pub private: &'a [u8],
+    /// The length reported (rdma_cm reports the whole CM field on IB, zero-filled).
+    pub private_len: u8,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: u8,
+    pub qp_num: u32,
+}
+
+impl CmId {
+    /// Creates an id; `channel == None` makes a sync id with a private channel.
+    pub fn create(
+        channel: Option<Arc<EventChannel>>,
+        context: *mut libc::c_void,
+        ps: u32,
+        qp_type: u32,
+    ) -> Result<Arc<CmId>> {
+        let sync = channel.is_none();
+        let channel = match channel {
+            Some(c) => c,
+            None => EventChannel::new()?,
+        };
+        let raw: CBox<rdma_cm_id> = CBox::zeroed();
+        // SAFETY: not yet published.
+        let r = unsafe { raw.get_mut() };
+        r.channel = channel.raw.as_ptr();
+        r.context = context;
+        r.ps = ps;
+        r.qp_type = qp_type;
+        let id = Arc::new_cyclic(|me| CmId {
+            raw,
+            channel: Mutex::new(channel),
+            sync,
+            ps,
+            st: Mutex::new(IdState {
+                state: State::Idle,
+                local: None,
+                remote: None,
+                bound: None,
+                conn: None,
+                outstanding: 0,
+                disconnect_reported: false,
+                peer_qpn: 0,
+                params: ConnParams::default(),
+                ep_qp_attr: None,
+                ep_pd: 0,
+                connect_data: Vec::new(),
+                owned_cqs: Vec::new(),
+                owned_channels: Vec::new(),
+                path: None,
+                afonly: false,
+            }),
+            acked: Condvar::new(),
+            me: me.clone(),
+        });
+        IDS.insert(id.raw.addr(), id.clone());
+        Ok(id)
+    }
+
+    pub fn ptr(&self) -> *mut rdma_cm_id {
+        self.raw.as_ptr()
+    }
+
+    fn channel(&self) -> Arc<EventChannel> {
+        lock(&self.channel).clone()
+    }
+
+    fn arc(&self) -> Arc<CmId> {
+        self.me.upgrade().expect("id alive while in use")
+    }
+
+    /// Writes fields of the public struct.
+    fn with_raw(&self, f: impl FnOnce(&mut rdma_cm_id)) {
+        let _g = lock(&self.st);
+        // SAFETY: writes to the public struct happen under the id's state lock.
+        f(unsafe { self.raw.get_mut() });
+    }
+
+    pub fn state(&self) -> State {
+        lock(&self.st).state
+    }
+
+    // --- events ----------------------------------------------------------------------------
+
+    /// Queues an event of this id (or, with `new_id`, a CONNECT_REQUEST for a new id).
+    fn post_event(&self, kind: u32, status: i32, p: EventParams<'_>, new_id: Option<Arc<CmId>>) {
+        let ev: CBox<rdma_cm_event> = CBox::zeroed();
+        let mut private = Box::new([0u8; EVENT_PRIVATE]);
+        let n = p.private.len().min(EVENT_PRIVATE);
+        private[..n].copy_from_slice(&p.private[..n]);
+        // SAFETY: not yet published.
+        let e = unsafe { ev.get_mut() };
+        match &new_id {
+            Some(nid) => {
+                e.id = nid.ptr();
+                e.listen_id = self.ptr();
+            }
+            None => e.id = self.ptr(),
+        }
+        e.event = kind;
+        e.status = status;
+        let len = if p.private_len == 0 { n as u8 } else { p.private_len };
+        e.param.conn = rdma_conn_param {
+            private_data: if len > 0 { private.as_ptr().cast() } else { std::ptr::null() },
+            private_data_len: len,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            flow_control: p.flow_control,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: p.srq,
+            qp_num: p.qp_num,
+        };
+        lock(&self.st).outstanding += 1;
+        self.channel().post(Event { ev, private, owner: self.arc(), new_id });
+    }
+
+    pub fn event_acked(&self) {
+        let mut st = lock(&self.st);
+        st.outstanding = st.outstanding.saturating_sub(1);
+        self.acked.notify_all();
+    }
+
+    /// Sync ids: waits for the event the last call produces, as librdmacm's `ucma_complete`:
+    /// acks the previous `id->event`, stores the new one there, and maps its status to errno.
+    fn complete(&self) -> Result<()> {
+        if !self.sync {
+            return Ok(());
+        }
+        self.ack_held_event();
+        let p = self.channel().get()?;
+        self.with_raw(|r| r.event = p);
+        // SAFETY: p is a live event we just handed out.
+        let e = unsafe { &*p };
+        if e.status != 0 {
+            return Err(if e.event == RDMA_CM_EVENT_REJECTED {
+                Errno::ECONNREFUSED
+            } else if e.status < 0 {
+                Errno(-e.status)
+            } else {
+                Errno(e.status)
+            });
+        }
+        Ok(())
+    }
+
+    fn ack_held_event(&self) {
+        let held = self.raw.get().event;
+        if !held.is_null() {
+            self.with_raw(|r| r.event = std::ptr::null_mut());
+            let _ = super::channel::ack(held);
+        }
+    }
+
+    // --- binding and resolution --------------------------------------------------------------
+
+    /// Binds to a local address; port 0 picks an ephemeral port.
+    pub fn bind(&self, addr: SocketAddr) -> Result<()> {
+        let mut st = lock(&self.st);
+        if st.state != State::Idle {
+            return Err(Errno::EINVAL);
+        }
+        self.bind_locked(&mut st, addr)
+    }
+
+    fn bind_locked(&self, st: &mut IdState, addr: SocketAddr) -> Result<()> {
+        if !is_local(addr.ip()) {
+            return Err(Errno::EADDRNOTAVAIL);
+        }
+        let (fd, port) = if addr.port() == 0 {
+            let mut found = None;
+            for _ in 0..64 {
+                let port = random_port();
+                match unix::bind(&rendezvous(self.ps, addr.ip(), port)) {
+                    Ok(fd) => {
+                        found = Some((fd, port));
+                        break;
+                    }
+                    Err(e) if e == Errno::EADDRINUSE => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            found.ok_or(Errno::EADDRINUSE)?
+        } else {
+            (unix::bind(&rendezvous(self.ps, addr.ip(), addr.port()))?, addr.port())
+        };
+        let local = SocketAddr::new(addr.ip(), port);
+        st.bound = Some(fd);
+        st.local = Some(local);
+        st.state = State::Bound;
+        // SAFETY: under the state lock (held by the caller).
+        let r = unsafe { self.raw.get_mut() };
+        set_src(r, &local);
+        if !addr.ip().is_unspecified() {
+            // A specific address binds the id to the device, as the kernel does.
+            r.verbs = cm_context()?;
+            r.pd = cm_pd()?;
+            r.port_num = device::PORT;
+            r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
+            r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        }
+        Ok(())
+    }
+
+    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
+        {
+            let mut st = lock(&self.st);
+            match st.state {
+                State::Idle => {
+                    let local_ip = match (src, dst.ip()) {
+                        (Some(s), _) => s.ip(),
+                        (None, d) if is_local(d) && !d.is_unspecified() => d,
+                        (None, IpAddr::V4(_)) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                        (None, IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+                    };
+                    if let Some(s) = src {
+                        if s.is_ipv4() != dst.is_ipv4() {
+                            return Err(Errno::EINVAL);
+                        }
+                    }
+                    let port = src.map_or(0, |s| s.port());
+                    self.bind_locked(&mut st, SocketAddr::new(local_ip, port))?;
+                }
+                State::Bound => {}
+                _ => return Err(Errno::EINVAL),
+            }
+            st.remote = Some(dst);
+            // SAFETY: under the state lock.
+            let r = unsafe { self.raw.get_mut() };
+            set_dst(r, &dst);
+        }
+        let reachable = is_local(dst.ip()) && !dst.ip().is_unspecified();
+        if !reachable {
+            // Other hosts are reached through the UDP transport of a later issue; until then the
+            // resolution fails as an unreachable host does.
+            self.post_event(
+                RDMA_CM_EVENT_ADDR_ERROR,
+                -libc::EHOSTUNREACH,
+                EventParams::default(),
+                None,
+            );
+            return self.complete();
+        }
+        {
+            let mut st = lock(&self.st);
+            st.state = State::AddrResolved;
+            let local = st.local.expect("bound above");
+            // SAFETY: under the state lock.
+            let r = unsafe { self.raw.get_mut() };
+            if local.ip().is_unspecified() {
+                let l = SocketAddr::new(dst.ip(), local.port());
+                set_src(r, &l);
+                st.local = Some(l);
+            }
+            r.verbs = cm_context()?;
+            r.pd = cm_pd()?;
+            r.port_num = device::PORT;
+            r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&st.local.expect("set"));
+            r.route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&dst);
+            r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        }
+        self.post_event(RDMA_CM_EVENT_ADDR_RESOLVED, 0, EventParams::default(), None);
+        self.complete()
+    }
+
+    pub fn resolve_route(&self) -> Result<()> {
+        {
+            let mut st = lock(&self.st);
+            if st.state != State::AddrResolved {
+                return Err(Errno::EINVAL);
+            }
+            // SAFETY: all-zero is a valid path record.
+            let mut path: Box<ibv_sa_path_rec> = Box::new(unsafe { std::mem::zeroed() });
+            // SAFETY: under the state lock.
+            let r = unsafe { self.raw.get_mut() };
+            // SAFETY: the ibaddr union member is the one we filled at resolution.
+            let ib = unsafe { r.route.addr.addr.ibaddr };
+            path.sgid = ib.sgid;
+            path.dgid = ib.dgid;
+            path.pkey = ib.pkey;
+            path.hop_limit = 64;
+            path.reversible = 1;
+            path.numb_path = 1;
+            path.mtu_selector = 2;
+            path.mtu = ibv_mtu::IBV_MTU_4096 as u8;
+            path.rate_selector = 2;
+            path.rate = 7;
+            path.packet_life_time_selector = 2;
+            path.packet_life_time = 14;
+            r.route.path_rec = &mut *path;
+            r.route.num_paths = 1;
+            st.path = Some(path);
+            st.state = State::RouteResolved;
+        }
+        self.post_event(RDMA_CM_EVENT_ROUTE_RESOLVED, 0, EventParams::default(), None);
+        self.complete()
+    }
+
+    // --- passive side ------------------------------------------------------------------------
+
+    pub fn listen(&self, backlog: i32) -> Result<()> {
+        let mut st = lock(&self.st);
+        match st.state {
+            State::Idle => {
+                let any = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
+                self.bind_locked(&mut st, any)?;
+            }
+            State::Bound => {}
+            State::Listen => return Ok(()),
+            _ => return Err(Errno::EINVAL),
+        }
+        let fd = st.bound.as_ref().ok_or(Errno::EINVAL)?;
+        unix::listen_bound(fd, backlog.max(16))?;
+        let lfd = fd.as_raw_fd();
+        st.state = State::Listen;
+        drop(st);
+        let me = self.me.clone();
+        engine()?.watch(
+            lfd,
+            Arc::new(move |_| {
+                if let Some(l) = me.upgrade() {
+                    l.accept_pending(lfd);
+                }
+            }),
+        )
+    }
+
+    fn accept_pending(&self, lfd: i32) {
+        while let Ok(Some(conn)) = unix::accept(lfd) {
+            let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
+            let Ok(Some((n, _))) = unix::recv(conn.as_raw_fd(), &mut buf) else { continue };
+            let Some(m) = Msg::from_bytes(&buf[..n]) else { continue };
+            if m.kind != proto::REQ {
+                continue;
+            }
+            let _ = self.on_request(conn, m);
+        }
+    }
+
+    fn on_request(&self, conn: OwnedFd, m: Msg) -> Result<()> {
+        // A sync listener's new ids get their own private channel (they are sync too).
+        let channel = if self.sync { None } else { Some(self.channel()) };
+        let raw = self.raw.get();
+        let nid = CmId::create(channel, raw.context, self.ps, raw.qp_type)?;
+        let local = addr_from_wire(&m.dst);
+        let remote = addr_from_wire(&m.src);
+        {
+            let mut st = lock(&nid.st);
+            st.state = State::ReqRcvd;
+            st.local = Some(local);
+            st.remote = Some(remote);
+            st.peer_qpn = m.qpn;
+            st.params = ConnParams {
+                // The peer's initiator depth is our responder resources and vice versa.
+                responder_resources: m.initiator_depth,
+                initiator_depth: m.responder_resources,
+                retry_count: m.retry_count,
+                rnr_retry_count: m.rnr_retry_count,
+            };
+            // SAFETY: under the new id's state lock; not yet visible to the application.
+            let r = unsafe { nid.raw.get_mut() };
+            r.verbs = cm_context()?;
+            r.pd = cm_pd()?;
+            r.port_num = device::PORT;
+            set_src(r, &local);
+            set_dst(r, &remote);
+            r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
+            r.route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&remote);
+            r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+            let ep = lock(&self.st);
+            st.ep_qp_attr = ep.ep_qp_attr.as_ref().map(|a| CData(pod_copy(&a.0)));
+            st.ep_pd = ep.ep_pd;
+        }
+        nid.adopt_conn(conn)?;
+        self.post_event(
+            RDMA_CM_EVENT_CONNECT_REQUEST,
+            0,
+            EventParams {
+                private: m.private_data(),
+                private_len: proto::REQ_PRIVATE as u8,
+                responder_resources: m.initiator_depth,
+                initiator_depth: m.responder_resources,
+                flow_control: m.flow_control,
+                retry_count: m.retry_count,
+                rnr_retry_count: m.rnr_retry_count,
+                srq: m.srq,
+                qp_num: m.qpn,
+            },
+            Some(nid),
+        );
+        Ok(())
+    }
+
+    /// Takes ownership of a CM connection and watches it for messages and hang-up.
+    fn adopt_conn(&self, conn: OwnedFd) -> Result<()> {
+        unix::set_nonblocking(conn.as_raw_fd())?;
+        let conn = Arc::new(conn);
+        let fd = conn.as_raw_fd();
+        lock(&self.st).conn = Some(conn.clone());
+        let me = self.me.clone();
+        engine()?.watch(
+            fd,
+            Arc::new(move |_| {
+                let Some(id) = me.upgrade() else { return };
+                let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
+                loop {
+                    match unix::recv(fd, &mut buf) {
+                        Ok(Some((n, _))) => {
+                            if let Some(m) = Msg::from_bytes(&buf[..n]) {
+                                id.on_msg(m);
+                            }
+                        }
+                        Err(e) if e == Errno::EAGAIN => return,
+                        _ => {
+                            if let Ok(e) = engine() {
+                                e.unwatch(fd);
+                            }
+                            id.on_hangup();
+                            return;
+                        }
+                    }
+                }
+            }),
+        )
+    }
+
+    fn send(&self, m: &Msg) -> Result<()> {
+        let conn = lock(&self.st).conn.clone().ok_or(Errno::ENOTCONN)?;
+        unix::send(conn.as_raw_fd(), m.as_bytes(), &[])
+    }
+
+    /// Brings our QP (if any) through RTR to RTS towards the peer.
+    fn connect_qp(&self, peer_qpn: u32, params: ConnParams) -> Result<()> {
+        let qpp = self.raw.get().qp;
+        if qpp.is_null() {
+            return Ok(());
+        }
+        let Ok(q) = qp::lookup(qpp) else { return Ok(()) };
+        let (remote, local) = {
+            let st = lock(&self.st);
+            (st.remote.ok_or(Errno::EINVAL)?, st.local.ok_or(Errno::EINVAL)?)
+        };
+        let _ = local;
+        // SAFETY: all-zero is a valid ibv_qp_attr.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        a.path_mtu = ibv_mtu::IBV_MTU_4096;
+        a.dest_qp_num = peer_qpn;
+        a.rq_psn = 0;
+        a.max_dest_rd_atomic = params.responder_resources;
+        a.min_rnr_timer = 12;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = device::PORT;
+        a.ah_attr.grh.dgid.raw = gid_of_addr(&remote);
+        a.ah_attr.grh.hop_limit = 64;
+        use ibv_qp_attr_mask as M;
+        let rtr = M::IBV_QP_STATE.0
+            | M::IBV_QP_AV.0
+            | M::IBV_QP_PATH_MTU.0
+            | M::IBV_QP_DEST_QPN.0
+            | M::IBV_QP_RQ_PSN.0
+            | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
+            | M::IBV_QP_MIN_RNR_TIMER.0;
+        q.modify(&a, rtr)?;
+        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        a.timeout = 14;
+        a.retry_cnt = params.retry_count;
+        a.rnr_retry = params.rnr_retry_count;
+        a.sq_psn = 0;
+        a.max_rd_atomic = params.initiator_depth;
+        let rts = M::IBV_QP_STATE.0
+            | M::IBV_QP_TIMEOUT.0
+            | M::IBV_QP_RETRY_CNT.0
+            | M::IBV_QP_RNR_RETRY.0
+            | M::IBV_QP_SQ_PSN.0
+            | M::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        q.modify(&a, rts)
+    }
+
+    fn qp_to_error(&self) {
+        let qpp = self.raw.get().qp;
+        if let Ok(q) = qp::lookup(qpp) {
+            // SAFETY: all-zero is a valid ibv_qp_attr.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = ibv_qp_state::IBV_QPS_ERR;
+            let _ = q.modify(&a, ibv_qp_attr_mask::IBV_QP_STATE.0);
+        }
+    }
+
+    fn own_qpn(&self) -> Option<u32> {
+        let qpp = self.raw.get().qp;
+        qp::lookup(qpp).ok().map(|q| q.qpn)
+    }
+
+    pub fn accept(&self, p: Option<&rdma_conn_param>) -> Result<()> {
+        let (peer_qpn, mut params) = {
+            let st = lock(&self.st);
+            if st.state != State::ReqRcvd {
+                return Err(Errno::EINVAL);
+            }
+            (st.peer_qpn, st.params)
+        };
+        let qpn = match (self.own_qpn(), p) {
+            (Some(q), _) => q,
+            (None, Some(p)) => p.qp_num,
+            (None, None) => return Err(Errno::EINVAL),
+        };
+        let mut m = Msg::new(proto::REP);
+        m.qpn = qpn;
+        if let Some(p) = p {
+            if p.private_data_len as usize > proto::REP_PRIVATE {
+                return Err(Errno::EINVAL);
+            }
+            check_depths(p)?;
+            if p.responder_resources != 0xff {
+                params.responder_resources = params.responder_resources.min(p.responder_resources);
+            }
+            if p.initiator_depth != 0xff {
+                params.initiator_depth = params.initiator_depth.min(p.initiator_depth);
+            }
+            // SAFETY: private_data holds private_data_len bytes per the man page.
+            let pd = unsafe { private_slice(p.private_data, p.private_data_len) };
+            m.private[..pd.len()].copy_from_slice(pd);
+            m.private_len = pd.len() as u32;
+            m.rnr_retry_count = p.rnr_retry_count;
+        }
+        m.responder_resources = params.responder_resources;
+        m.initiator_depth = params.initiator_depth;
+        if let Err(e) = self.connect_qp(peer_qpn, params) {
+            self.qp_to_error();
+            return Err(e);
+        }
+        {
+            let mut st = lock(&self.st);
+            st.params = params;
+            st.state = State::Accepting;
+        }
+        self.send(&m)?;
+        self.complete()
+    }
+
+    pub fn reject(&self, private: &[u8], reason: i32) -> Result<()> {
+        {
+            let mut st = lock(&self.st);
+            if st.state != State::ReqRcvd {
+                return Err(Errno::EINVAL);
+            }
+            st.state = State::Rejected;
+        }
+        if private.len() > proto::REJ_PRIVATE {
+            return Err(Errno::EINVAL);
+        }
+        let mut m = Msg::new(proto::REJ);
+        m.status = reason;
+        m.private[..private.len()].copy_from_slice(private);
+        m.private_len = private.len() as u32;
+        self.send(&m)
+    }
+
+    // --- active side -------------------------------------------------------------------------
+
+    pub fn connect(&self, p: Option<&rdma_conn_param>) -> Result<()> {
+        let (local, remote, ep_data) = {
+            let st = lock(&self.st);
+            if st.state != State::RouteResolved {
+                return Err(Errno::EINVAL);
+            }
+            (
+                st.local.ok_or(Errno::EINVAL)?,
+                st.remote.ok_or(Errno::EINVAL)?,
+                st.connect_data.clone(),
+            )
+        };
+        let qpn = match (self.own_qpn(), p) {
+            (Some(q), _) => q,
+            (None, Some(p)) => p.qp_num,
+            (None, None) => return Err(Errno::EINVAL),
+        };
+        let mut m = Msg::new(proto::REQ);
+        m.qpn = qpn;
+        let mut params = ConnParams {
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        };
+        let mut private = ep_data;
+        if let Some(p) = p {
+            check_depths(p)?;
+            params = ConnParams {
+                responder_resources: if p.responder_resources == 0xff {
+                    128
+                } else {
+                    p.responder_resources
+                },
+                initiator_depth: if p.initiator_depth == 0xff { 128 } else { p.initiator_depth },
+                retry_count: p.retry_count.min(7),
+                rnr_retry_count: p.rnr_retry_count.min(7),
+            };
+            // SAFETY: private_data holds private_data_len bytes per the man page.
+            private.extend_from_slice(unsafe { private_slice(p.private_data, p.private_data_len) });
+            m.flow_control = p.flow_control;
+            m.srq = p.srq;
+        }
+        if private.len() > proto::REQ_PRIVATE {
+            return Err(Errno::EINVAL);
+        }
+        m.private[..private.len()].copy_from_slice(&private);
+        m.private_len = private.len() as u32;
+        m.responder_resources = params.responder_resources;
+        m.initiator_depth = params.initiator_depth;
+        m.retry_count = params.retry_count;
+        m.rnr_retry_count = params.rnr_retry_count;
+        m.src = addr_to_wire(&local);
+        m.dst = addr_to_wire(&remote);
+        {
+            let mut st = lock(&self.st);
+            st.params = params;
+            st.state = State::Connecting;
+        }
+        match self.dial(remote) {
+            Ok(conn) => {
+                self.adopt_conn(conn)?;
+                self.send(&m)?;
+            }
+            Err(_) => {
+                lock(&self.st).state = State::Rejected;
+                self.post_event(
+                    RDMA_CM_EVENT_REJECTED,
+                    proto::REJ_NO_LISTENER,
+                    EventParams::default(),
+                    None,
+                );
+            }
+        }
+        self.complete()
+    }
+
+    /// Opens a CM connection to the listener for `remote`: the exact address first, then the
+    /// wildcards that cover it.
+    fn dial(&self, remote: SocketAddr) -> Result<OwnedFd> {
+        let mut names = vec![rendezvous(self.ps, remote.ip(), remote.port())];
+        if remote.is_ipv4() {
+            names.push(rendezvous(self.ps, IpAddr::V4(Ipv4Addr::UNSPECIFIED), remote.port()));
+        }
+        names.push(rendezvous(self.ps, IpAddr::V6(Ipv6Addr::UNSPECIFIED), remote.port()));
+        let mut last = Errno::ECONNREFUSED;
+        for n in names {
+            match unix::connect(&n) {
+                Ok(fd) => return Ok(fd),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    pub fn establish(&self) -> Result<()> {
+        let mut st = lock(&self.st);
+        if st.state != State::RespRcvd || !self.raw.get().qp.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        st.state = State::Connected;
+        drop(st);
+        self.send(&Msg::new(proto::RTU))
+    }
+
+    pub fn disconnect(&self) -> Result<()> {
+        if self.raw.get().verbs.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let state = self.state();
+        // The QP goes to error first: posted requests flush with IBV_WC_WR_FLUSH_ERR.
+        self.qp_to_error();
+        match state {
+            State::Connected | State::Accepting | State::RespRcvd => {
+                lock(&self.st).state = State::Disconnecting;
+                if self.send(&Msg::new(proto::DREQ)).is_err() {
+                    self.report_disconnect();
+                }
+                self.complete()
+            }
+            State::Disconnected => {
+                // The peer disconnected first: answer it; the DISCONNECTED event is queued.
+                let _ = self.send(&Msg::new(proto::DREP));
+                if self.raw.get().event.is_null() || self.sync {
+                    self.complete_if_pending()
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Sync ids whose DISCONNECTED is already queued pick it up; otherwise nothing to wait for.
+    fn complete_if_pending(&self) -> Result<()> {
+        if !self.sync {
+            return Ok(());
+        }
+        let pending = lock(&self.st).outstanding > (!self.raw.get().event.is_null()) as u32;
+        if pending {
+            self.complete()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn report_disconnect(&self) {
+        let first = {
+            let mut st = lock(&self.st);
+            let first = !st.disconnect_reported;
+            st.disconnect_reported = true;
+            st.state = State::Disconnected;
+            first
+        };
+        if first {
+            self.post_event(RDMA_CM_EVENT_DISCONNECTED, 0, EventParams::default(), None);
+        }
+    }
+
+    fn on_msg(&self, m: Msg) {
+        let state = self.state();
+        match (m.kind, state) {
+            (proto::REP, State::Connecting) => {
+                lock(&self.st).peer_qpn = m.qpn;
+                let reported = EventParams {
+                    private: m.private_data(),
+                    private_len: proto::REP_PRIVATE as u8,
+                    responder_resources: m.initiator_depth,
+                    initiator_depth: m.responder_resources,
+                    flow_control: m.flow_control,
+                    retry_count: m.retry_count,
+                    rnr_retry_count: m.rnr_retry_count,
+                    srq: m.srq,
+                    qp_num: m.qpn,
+                };
+                if self.raw.get().qp.is_null() {
+                    lock(&self.st).state = State::RespRcvd;
+                    self.post_event(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, reported, None);
+                    return;
+                }
+                let mut params = lock(&self.st).params;
+                params.initiator_depth = params.initiator_depth.min(m.responder_resources);
+                params.responder_resources = params.responder_resources.min(m.initiator_depth);
+                match self.connect_qp(m.qpn, params) {
+                    Ok(()) => {
+                        lock(&self.st).state = State::Connected;
+                        let _ = self.send(&Msg::new(proto::RTU));
+                        self.post_event(RDMA_CM_EVENT_ESTABLISHED, 0, reported, None);
+                    }
+                    Err(e) => {
+                        let mut rej = Msg::new(proto::REJ);
+                        rej.status = proto::REJ_CONSUMER;
+                        let _ = self.send(&rej);
+                        lock(&self.st).state = State::Rejected;
+                        self.post_event(
+                            RDMA_CM_EVENT_CONNECT_ERROR,
+                            -e.0,
+                            EventParams::default(),
+                            None,
+                        );
+                    }
+                }
+            }
+            (proto::REJ, State::Connecting) => {
+                lock(&self.st).state = State::Rejected;
+                self.post_event(
+                    RDMA_CM_EVENT_REJECTED,
+                    m.status,
+                    EventParams {
+                        private: m.private_data(),
+                        private_len: proto::REJ_PRIVATE as u8,
+                        ..Default::default()
+                    },
+                    None,
+                );
+            }
+            (proto::RTU, State::Accepting) => {
+                lock(&self.st).state = State::Connected;
+                self.post_event(RDMA_CM_EVENT_ESTABLISHED, 0, EventParams::default(), None);
+            }
+            (proto::DREQ, _) => {
+                let _ = self.send(&Msg::new(proto::DREP));
+                self.report_disconnect();
+            }
+            (proto::DREP, State::Disconnecting) => self.report_disconnect(),
+            _ => {}
+        }
+    }
+
+    fn on_hangup(&self) {
+        match self.state() {
+            State::Connecting => {
+                lock(&self.st).state = State::Rejected;
+                self.post_event(
+                    RDMA_CM_EVENT_UNREACHABLE,
+                    -libc::ECONNRESET,
+                    EventParams::default(),
+                    None,
+                );
+            }
+            State::Accepting => {
+                lock(&self.st).state = State::Disconnected;
+                self.post_event(
+                    RDMA_CM_EVENT_CONNECT_ERROR,
+                    -libc::ECONNRESET,
+                    EventParams::default(),
+                    None,
+                );
+            }
+            State::Connected | State::Disconnecting | State::RespRcvd => self.report_disconnect(),
+            _ => {}
+        }
+        lock(&self.st).conn = None;
+    }
+
+    // --- endpoint and QP helpers -------------------------------------------------------------
+
+    pub fn set_ep(&self, pd: *mut ibv_pd, attr: Option<&ibv_qp_init_attr>) {
+        let mut st = lock(&self.st);
+        st.ep_pd = pd as usize;
+        st.ep_qp_attr = attr.map(|a| CData(pod_copy(a)));
+    }
+
+    pub fn set_connect_data(&self, d: &[u8]) {
+        lock(&self.st).connect_data = d.to_vec();
+    }
+
+    /// The saved `rdma_create_ep` QP attributes of a request id (from its listener).
+    pub fn ep_qp(&self) -> Option<(*mut ibv_pd, ibv_qp_init_attr)> {
+        let st = lock(&self.st);
+        st.ep_qp_attr.as_ref().map(|a| (st.ep_pd as *mut ibv_pd, pod_copy(&a.0)))
+    }
+
+    pub fn set_afonly(&self, v: bool) {
+        lock(&self.st).afonly = v;
+    }
+
+    pub fn record_owned(&self, cqs: &[usize], channels: &[usize]) {
+        let mut st = lock(&self.st);
+        st.owned_cqs.extend_from_slice(cqs);
+        st.owned_channels.extend_from_slice(channels);
+    }
+
+    pub fn take_owned(&self) -> (Vec<usize>, Vec<usize>) {
+        let mut st = lock(&self.st);
+        (std::mem::take(&mut st.owned_cqs), std::mem::take(&mut st.owned_channels))
+    }
+
+    pub fn set_raw(&self, f: impl FnOnce(&mut rdma_cm_id)) {
+        self.with_raw(f)
+    }
+
+    /// Sync listeners: waits for the next CONNECT_REQUEST and returns its new id.
+    pub fn get_request(&self) -> Result<Arc<CmId>> {
+        if !self.sync || self.state() != State::Listen {
+            return Err(Errno::EINVAL);
+        }
+        self.ack_held_event();
+        let p = self.channel().get()?;
+        // SAFETY: p is a live event we just handed out.
+        let e = unsafe { &*p };
+        if e.status != 0 {
+            let _ = super::channel::ack(p);
+            return Err(Errno(e.status.abs()));
+        }
+        if e.event != RDMA_CM_EVENT_CONNECT_REQUEST {
+            let _ = super::channel::ack(p);
+            return Err(Errno::EINVAL);
+        }
+        let nid = lookup(e.id)?;
+        nid.with_raw(|r| r.event = p);
+        Ok(nid)
+    }
+
+    /// Destroys the id once all its events are acknowledged (as librdmacm, it blocks).
+    pub fn destroy(self: &Arc<CmId>) -> Result<()> {
+        IDS.remove(self.ptr()).ok_or(Errno::EINVAL)?;
+        self.ack_held_event();
+        let ch = self.channel();
+        let dropped = ch.drop_events_of(self);
+        let (bound, conn) = {
+            let mut st = lock(&self.st);
+            st.outstanding = st.outstanding.saturating_sub(dropped as u32);
+            (st.bound.take(), st.conn.take())
+        };
+        if let Ok(e) = engine() {
+            if let Some(b) = &bound {
+                e.unwatch(b.as_raw_fd());
+            }
+            if let Some(c) = &conn {
+                e.unwatch(c.as_raw_fd());
+            }
+        }
+        drop(bound);
+        drop(conn);
+        let mut st = lock(&self.st);
+        while st.outstanding > 0 {
+            st = self.acked.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(())
+    }
+
+    pub fn src_port(&self) -> u16 {
+        lock(&self.st).local.map_or(0, |a| a.port())
+    }
+
+    pub fn dst_port(&self) -> u16 {
+        lock(&self.st).remote.map_or(0, |a| a.port())
+    }
+}
+
+fn check_depths(p: &rdma_conn_param) -> Result<()> {
+    let max = 128u8;
+    if (p.responder_resources != 0xff && p.responder_resources > max)
+        || (p.initiator_depth != 0xff && p.initiator_depth > max)
+    {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The caller's private data.
+///
+/// # Safety
+/// `p` is NULL or valid for `len` bytes.
+unsafe fn private_slice<'a>(p: *const libc::c_void, len: u8) -> &'a [u8] {
+    if p.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: per the function's contract.
+        unsafe { std::slice::from_raw_parts(p.cast(), len as usize) }
+    }
+}
+
+/// Looks up an application channel.
+pub fn channel(p: *mut rdma_event_channel) -> Result<Arc<EventChannel>> {
+    CHANNELS.get(p)
+}

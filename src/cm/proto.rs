@@ -1,0 +1,70 @@
+//! The CM wire messages exchanged over a connection's socket.
+
+use crate::provider::soft::unix::Pod;
+
+pub const REQ: u32 = 1;
+pub const REP: u32 = 2;
+pub const RTU: u32 = 3;
+pub const REJ: u32 = 4;
+pub const DREQ: u32 = 5;
+pub const DREP: u32 = 6;
+
+/// Largest private data any message carries (REP on IB: 196 bytes).
+pub const MAX_PRIVATE: usize = 196;
+/// Private data limits of rdma_cm over IB/RoCE for RC (REQ, REP, REJ).
+pub const REQ_PRIVATE: usize = 56;
+pub const REP_PRIVATE: usize = 196;
+pub const REJ_PRIVATE: usize = 148;
+
+/// IB CM reject reason for a consumer reject.
+pub const REJ_CONSUMER: i32 = 28;
+/// IB CM reject reason when no listener matches (invalid service id).
+pub const REJ_NO_LISTENER: i32 = 8;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Msg {
+    pub kind: u32,
+    pub qpn: u32,
+    pub status: i32,
+    pub private_len: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: u8,
+    pub _pad: [u8; 2],
+    /// Sender's address, as a sockaddr_in6 (IPv4 is v4-mapped), for the peer's route data.
+    pub src: [u8; 28],
+    pub dst: [u8; 28],
+    pub private: [u8; MAX_PRIVATE],
+}
+
+// SAFETY: repr(C) integers and byte arrays only.
+unsafe impl Pod for Msg {}
+
+impl Msg {
+    pub fn new(kind: u32) -> Msg {
+        Msg {
+            kind,
+            qpn: 0,
+            status: 0,
+            private_len: 0,
+            responder_resources: 0,
+            initiator_depth: 0,
+            flow_control: 0,
+            retry_count: 0,
+            rnr_retry_count: 0,
+            srq: 0,
+            _pad: [0; 2],
+            src: [0; 28],
+            dst: [0; 28],
+            private: [0; MAX_PRIVATE],
+        }
+    }
+
+    pub fn private_data(&self) -> &[u8] {
+        &self.private[..(self.private_len as usize).min(MAX_PRIVATE)]
+    }
+}

@@ -1,0 +1,222 @@
+//! The per-process progress engine: one thread asleep in `epoll_wait` that runs the work the
+//! application is not polling for (incoming messages, acknowledgements, CM sockets).
+//!
+//! The doorbell rule: a peer writes our eventfd only when our shared `waiting` word says we are
+//! asleep, so a busy application pays no system call per message. While the application keeps
+//! polling CQs (the poll epoch moves) and no CQ is armed for an event, the thread naps 1 ms at a
+//! time without advertising sleep; otherwise it advertises sleep and blocks until woken.
+
+use super::ring::BellWord;
+use super::shm::Shm;
+use crate::errno::{check, Result};
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Something the engine drives; `progress` returns whether it did any work.
+pub trait Pollable: Send + Sync {
+    fn progress(&self) -> bool;
+}
+
+/// A callback for readiness events on a watched descriptor.
+pub type Handler = Arc<dyn Fn(u32) + Send + Sync>;
+
+/// Bumped by every CQ poll: tells the engine the application is actively polling.
+pub static POLL_EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Number of CQs armed for a completion event (the application waits on a channel).
+pub static ARMED_CQS: AtomicUsize = AtomicUsize::new(0);
+
+const BELL_TOKEN: u64 = u64::MAX;
+const BELL_SIZE: usize = 4096;
+
+/// A doorbell: a shared word and an eventfd.
+pub struct Bell {
+    shm: Shm,
+    efd: OwnedFd,
+}
+
+impl Bell {
+    fn create() -> Result<Bell> {
+        let shm = Shm::create(BELL_SIZE)?;
+        // SAFETY: plain eventfd(2) call.
+        let efd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // SAFETY: efd was just created and is owned here.
+        Ok(Bell { shm, efd: unsafe { OwnedFd::from_raw_fd(efd) } })
+    }
+
+    /// A peer's doorbell received as (segment fd, eventfd).
+    pub fn from_fds(shm: OwnedFd, efd: OwnedFd) -> Result<Bell> {
+        Ok(Bell { shm: Shm::map(shm, BELL_SIZE)?, efd })
+    }
+
+    fn word(&self) -> &BellWord {
+        // SAFETY: the segment is BELL_SIZE bytes, live while self is, and BellWord is atomics.
+        unsafe { &*self.shm.ptr().cast::<BellWord>() }
+    }
+
+    /// The descriptors to pass to a peer.
+    pub fn fds(&self) -> [RawFd; 2] {
+        [self.shm.fd().as_raw_fd(), self.efd.as_raw_fd()]
+    }
+
+    /// Wakes the owner if, and only if, it sleeps.
+    pub fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.word().waiting.swap(0, Ordering::AcqRel) != 0 {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a valid u64 to an eventfd.
+            unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    fn force_ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to an eventfd.
+        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+pub struct Engine {
+    epfd: OwnedFd,
+    bell: Bell,
+    handlers: Mutex<HashMap<RawFd, Handler>>,
+    pollables: Mutex<Vec<Weak<dyn Pollable>>>,
+}
+
+static ENGINE: Lazy<Result<Arc<Engine>>> = Lazy::new(Engine::start);
+
+/// This process's engine, started on first use.
+pub fn engine() -> Result<&'static Arc<Engine>> {
+    ENGINE.as_ref().map_err(|e| *e)
+}
+
+impl Engine {
+    fn start() -> Result<Arc<Engine>> {
+        // SAFETY: plain epoll_create1(2) call.
+        let epfd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: epfd was just created and is owned here.
+        let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
+        let bell = Bell::create()?;
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: BELL_TOKEN };
+        // SAFETY: valid epoll fd, descriptor and event.
+        check(unsafe {
+            libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, bell.efd.as_raw_fd(), &mut ev)
+        })?;
+        let e = Arc::new(Engine {
+            epfd,
+            bell,
+            handlers: Mutex::new(HashMap::new()),
+            pollables: Mutex::new(Vec::new()),
+        });
+        let e2 = e.clone();
+        std::thread::Builder::new()
+            .name("rdmashim-progress".into())
+            .spawn(move || e2.run())
+            .map_err(crate::Errno::from)?;
+        Ok(e)
+    }
+
+    pub fn bell(&self) -> &Bell {
+        &self.bell
+    }
+
+    /// Wakes the progress thread unconditionally (after new work was registered).
+    pub fn kick(&self) {
+        self.bell.force_ring();
+    }
+
+    /// Calls `h` with the epoll event mask whenever `fd` is readable or hung up.
+    pub fn watch(&self, fd: RawFd, h: Handler) -> Result<()> {
+        self.handlers.lock().unwrap_or_else(|e| e.into_inner()).insert(fd, h);
+        let mut ev =
+            libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: fd as u64 };
+        // SAFETY: valid epoll fd, descriptor and event.
+        let r = check(unsafe {
+            libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev)
+        });
+        if r.is_err() {
+            self.handlers.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+        }
+        r.map(|_| ())
+    }
+
+    /// Stops watching `fd`; call before closing it.
+    pub fn unwatch(&self, fd: RawFd) {
+        // SAFETY: removing a descriptor from our epoll set; errors (not watched) are harmless.
+        unsafe {
+            libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut())
+        };
+        self.handlers.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+    }
+
+    pub fn add_pollable(&self, p: Weak<dyn Pollable>) {
+        self.pollables.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+        self.kick();
+    }
+
+    fn poll_all(&self) -> bool {
+        let list: Vec<Arc<dyn Pollable>> = {
+            let mut l = self.pollables.lock().unwrap_or_else(|e| e.into_inner());
+            l.retain(|w| w.strong_count() > 0);
+            l.iter().filter_map(|w| w.upgrade()).collect()
+        };
+        let mut work = false;
+        for p in list {
+            work |= p.progress();
+        }
+        work
+    }
+
+    fn run(&self) {
+        let mut last_epoch = u64::MAX;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        loop {
+            let work = self.poll_all();
+            let epoch = POLL_EPOCH.load(Ordering::Relaxed);
+            let app_polling = epoch != last_epoch && ARMED_CQS.load(Ordering::Relaxed) == 0;
+            last_epoch = epoch;
+            let timeout = if work {
+                0
+            } else if app_polling {
+                1
+            } else {
+                self.bell.word().waiting.store(1, Ordering::SeqCst);
+                if self.poll_all() {
+                    self.bell.word().waiting.store(0, Ordering::SeqCst);
+                    0
+                } else {
+                    -1
+                }
+            };
+            // SAFETY: events is a valid buffer of 64 epoll_event.
+            let n = unsafe {
+                libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 64, timeout)
+            };
+            self.bell.word().waiting.store(0, Ordering::SeqCst);
+            for ev in events.iter().take(n.max(0) as usize) {
+                let token = ev.u64;
+                if token == BELL_TOKEN {
+                    let mut v: u64 = 0;
+                    // SAFETY: reading 8 bytes into a valid u64 from our non-blocking eventfd.
+                    unsafe {
+                        libc::read(self.bell.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8)
+                    };
+                    continue;
+                }
+                let h = self
+                    .handlers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&(token as RawFd))
+                    .cloned();
+                if let Some(h) = h {
+                    let mask = ev.events;
+                    // A bug in one handler must not stop progress for the whole process.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(mask)));
+                }
+            }
+        }
+    }
+}

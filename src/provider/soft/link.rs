@@ -1,0 +1,159 @@
+//! QP links: the shared rings between two connected RC QPs and the handshake that sets them up.
+//!
+//! Handshake (over abstract SEQPACKET sockets named after QPNs): the QP with the smaller QPN
+//! connects to `qp/<peer qpn>` and sends `Hello` with the link segment and its doorbell attached;
+//! the peer answers `Ack` with its own doorbell. The connection then stays open: its hang-up tells
+//! each side that the other QP is gone.
+
+use super::engine::{engine, Bell};
+use super::ring::{Ring, LINK_SIZE};
+use super::shm::Shm;
+use super::unix::{self, Pod};
+use crate::errno::{Errno, Result};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+
+const MAGIC: u32 = 0x5244_4d53; // "RDMS"
+pub const HELLO: u32 = 1;
+pub const ACK: u32 = 2;
+
+/// A handshake message.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Hello {
+    pub magic: u32,
+    pub kind: u32,
+    pub from_qpn: u32,
+    pub to_qpn: u32,
+}
+
+// SAFETY: repr(C) integers only.
+unsafe impl Pod for Hello {}
+
+fn qp_name(qpn: u32) -> String {
+    format!("rdmashim/qp/{qpn:06x}")
+}
+
+/// Allocates a QPN unique on this host (network namespace) and the socket that owns it.
+pub fn allocate_qpn() -> Result<(u32, OwnedFd)> {
+    for _ in 0..1000 {
+        let mut r: u32 = 0;
+        // SAFETY: getrandom into a valid 4-byte buffer.
+        unsafe { libc::getrandom((&mut r as *mut u32).cast(), 4, 0) };
+        let qpn = (r & 0x00ff_ffff).max(0x100);
+        if qpn == 0x00ff_ffff {
+            continue;
+        }
+        match unix::listen(&qp_name(qpn)) {
+            Ok(fd) => return Ok((qpn, fd)),
+            Err(e) if e == Errno::EADDRINUSE => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::ENOSPC)
+}
+
+/// Reads the `Hello` a connecting peer sends first.
+pub fn read_hello(conn: &OwnedFd) -> Result<(Hello, Vec<OwnedFd>)> {
+    let mut buf = [0u8; 64];
+    match unix::recv(conn.as_raw_fd(), &mut buf)? {
+        Some((n, fds)) => match Hello::from_bytes(&buf[..n]) {
+            Some(h) if h.magic == MAGIC => Ok((h, fds)),
+            _ => Err(Errno::EINVAL),
+        },
+        None => Err(Errno::ECONNRESET),
+    }
+}
+
+/// One end of a link.
+pub struct Link {
+    shm: Shm,
+    /// The ring we produce into.
+    pub out: Ring,
+    /// The ring we consume from.
+    pub inn: Ring,
+    peer_bell: Mutex<Option<Bell>>,
+    sock: OwnedFd,
+}
+
+impl Link {
+    /// Active side: connects to `peer_qpn` and sends the link segment and our doorbell.
+    pub fn connect(my_qpn: u32, peer_qpn: u32) -> Result<Link> {
+        let shm = Shm::create(LINK_SIZE)?;
+        let sock = unix::connect(&qp_name(peer_qpn))?;
+        let bell = engine()?.bell().fds();
+        let h = Hello { magic: MAGIC, kind: HELLO, from_qpn: my_qpn, to_qpn: peer_qpn };
+        unix::send(sock.as_raw_fd(), h.as_bytes(), &[shm.fd().as_raw_fd(), bell[0], bell[1]])?;
+        // SAFETY: the segment is LINK_SIZE bytes and lives in self.shm as long as the rings.
+        let (out, inn) = unsafe { (Ring::new(shm.ptr(), 0), Ring::new(shm.ptr(), 1)) };
+        Ok(Link { shm, out, inn, peer_bell: Mutex::new(None), sock })
+    }
+
+    /// Passive side: adopts the segment and doorbell from a `Hello` and answers with ours.
+    pub fn accept(
+        my_qpn: u32,
+        sock: OwnedFd,
+        hello: &Hello,
+        mut fds: Vec<OwnedFd>,
+    ) -> Result<Link> {
+        if fds.len() != 3 {
+            return Err(Errno::EINVAL);
+        }
+        let efd = fds.pop().ok_or(Errno::EINVAL)?;
+        let bshm = fds.pop().ok_or(Errno::EINVAL)?;
+        let lshm = fds.pop().ok_or(Errno::EINVAL)?;
+        let shm = Shm::map(lshm, LINK_SIZE)?;
+        let peer = Bell::from_fds(bshm, efd)?;
+        let bell = engine()?.bell().fds();
+        let a = Hello { magic: MAGIC, kind: ACK, from_qpn: my_qpn, to_qpn: hello.from_qpn };
+        unix::send(sock.as_raw_fd(), a.as_bytes(), &bell)?;
+        // SAFETY: the segment is LINK_SIZE bytes (checked by map) and lives in self.shm.
+        let (out, inn) = unsafe { (Ring::new(shm.ptr(), 1), Ring::new(shm.ptr(), 0)) };
+        Ok(Link { shm, out, inn, peer_bell: Mutex::new(Some(peer)), sock })
+    }
+
+    /// Active side: reads the peer's `Ack`. `Ok(false)` means the peer hung up.
+    pub fn on_readable(&self) -> Result<bool> {
+        let mut buf = [0u8; 64];
+        match unix::recv(self.sock.as_raw_fd(), &mut buf)? {
+            None => Ok(false),
+            Some((n, mut fds)) => {
+                let h = Hello::from_bytes(&buf[..n]).ok_or(Errno::EINVAL)?;
+                if h.magic != MAGIC || h.kind != ACK || fds.len() != 2 {
+                    return Err(Errno::EINVAL);
+                }
+                let efd = fds.pop().ok_or(Errno::EINVAL)?;
+                let bshm = fds.pop().ok_or(Errno::EINVAL)?;
+                *self.peer_bell.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Bell::from_fds(bshm, efd)?);
+                Ok(true)
+            }
+        }
+    }
+
+    /// The control socket, watched by the engine for the ack and for hang-up.
+    pub fn sock_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Wakes the peer's progress thread if it sleeps.
+    pub fn notify_peer(&self) {
+        if let Some(b) = self.peer_bell.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            b.ring();
+        }
+    }
+
+    pub fn segment_len(&self) -> usize {
+        self.shm.len()
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.out.close();
+        self.notify_peer();
+        if let Ok(e) = engine() {
+            e.unwatch(self.sock.as_raw_fd());
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Single-producer single-consumer rings of fixed-size slots in shared memory.
+//!
+//! A message is cut into segments, one per slot, each with a header. The producer advances
+//! `head` after writing a slot (release); the consumer advances `tail` after copying a slot out
+//! (release). Both counters only grow, so `head - tail` is the number of full slots.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub const SLOT_SIZE: usize = 4096;
+pub const SLOTS: u64 = 64;
+pub const SEG_DATA: usize = SLOT_SIZE - std::mem::size_of::<SegHdr>();
+
+/// First segment of a message.
+pub const SEG_FIRST: u32 = 1;
+/// Last segment of a message.
+pub const SEG_LAST: u32 = 2;
+/// The message carries immediate data.
+pub const SEG_IMM: u32 = 4;
+
+/// The header of one slot.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct SegHdr {
+    /// Total length of the message (the same in every segment).
+    pub msg_len: u32,
+    /// Bytes of payload in this slot.
+    pub seg_len: u32,
+    pub flags: u32,
+    /// Transport opcode (SEND only, for now).
+    pub opcode: u32,
+    /// Immediate data, in network byte order as given by the sender.
+    pub imm: u32,
+    pub _reserved: [u32; 3],
+}
+
+/// Control words of one direction, each on its own cache line.
+#[repr(C, align(64))]
+pub struct Counter {
+    pub value: AtomicU64,
+}
+
+#[repr(C)]
+pub struct RingCtl {
+    pub head: Counter,
+    pub tail: Counter,
+    /// Set by an endpoint that will never touch the ring again (QP destroyed or in error).
+    pub closed: Counter,
+}
+
+/// The layout of a link's segment: two control blocks, then two slot arrays.
+pub const CTL_SIZE: usize = 4096;
+pub const LINK_SIZE: usize = CTL_SIZE + 2 * SLOTS as usize * SLOT_SIZE;
+
+/// A view of one direction of a link.
+#[derive(Clone, Copy)]
+pub struct Ring {
+    ctl: *const RingCtl,
+    slots: *mut u8,
+}
+
+// SAFETY: the ring points into shared memory kept mapped by its owner (the link), and all
+// cross-thread access follows the SPSC protocol through atomics.
+unsafe impl Send for Ring {}
+// SAFETY: see above.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// Direction `dir` (0 or 1) of a link mapped at `base`.
+    ///
+    /// # Safety
+    /// `base` points at a mapping of at least `LINK_SIZE` bytes that outlives the ring.
+    pub unsafe fn new(base: *mut u8, dir: usize) -> Ring {
+        // SAFETY: offsets are within LINK_SIZE per the contract.
+        unsafe {
+            Ring {
+                ctl: base.add(dir * 256).cast(),
+                slots: base.add(CTL_SIZE + dir * SLOTS as usize * SLOT_SIZE),
+            }
+        }
+    }
+
+    fn ctl(&self) -> &RingCtl {
+        // SAFETY: ctl points into the live mapping (see new()); RingCtl is only atomics.
+        unsafe { &*self.ctl }
+    }
+
+    pub fn head(&self) -> u64 {
+        self.ctl().head.value.load(Ordering::Acquire)
+    }
+
+    pub fn tail(&self) -> u64 {
+        self.ctl().tail.value.load(Ordering::Acquire)
+    }
+
+    /// Free slots, as seen by the producer.
+    pub fn free(&self) -> u64 {
+        SLOTS - (self.ctl().head.value.load(Ordering::Relaxed) - self.tail())
+    }
+
+    /// Full slots, as seen by the consumer.
+    pub fn available(&self) -> u64 {
+        self.head() - self.ctl().tail.value.load(Ordering::Relaxed)
+    }
+
+    /// The slot with sequence number `seq`: its header and payload area.
+    pub fn slot(&self, seq: u64) -> (*mut SegHdr, *mut u8) {
+        let i = (seq % SLOTS) as usize;
+        // SAFETY: i < SLOTS, so the slot lies within the mapping.
+        let p = unsafe { self.slots.add(i * SLOT_SIZE) };
+        // SAFETY: the payload follows the header within the same slot.
+        (p.cast(), unsafe { p.add(std::mem::size_of::<SegHdr>()) })
+    }
+
+    /// Producer: makes the next `n` slots visible.
+    pub fn publish(&self, n: u64) {
+        let c = &self.ctl().head.value;
+        c.store(c.load(Ordering::Relaxed) + n, Ordering::Release);
+    }
+
+    /// Consumer: releases the next `n` slots.
+    pub fn consume(&self, n: u64) {
+        let c = &self.ctl().tail.value;
+        c.store(c.load(Ordering::Relaxed) + n, Ordering::Release);
+    }
+
+    pub fn close(&self) {
+        self.ctl().closed.value.store(1, Ordering::Release);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.ctl().closed.value.load(Ordering::Acquire) != 0
+    }
+}
+
+/// A process's doorbell word in shared memory: non-zero while its progress thread sleeps.
+#[repr(C)]
+pub struct BellWord {
+    pub waiting: AtomicU32,
+}

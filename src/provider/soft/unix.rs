@@ -1,0 +1,204 @@
+//! Abstract-namespace unix SEQPACKET sockets: the rendezvous and control channel of the soft
+//! provider (QP links and the connection manager). Abstract names live per network namespace,
+//! which is exactly the scope of "this host" for the tests' namespaces.
+
+use crate::errno::{check, check_size, Errno, Result};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+fn sockaddr(name: &str) -> Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = name.as_bytes();
+    if bytes.len() + 1 > a.sun_path.len() {
+        return Err(Errno::EINVAL);
+    }
+    // sun_path[0] stays 0: the abstract namespace.
+    for (i, b) in bytes.iter().enumerate() {
+        a.sun_path[i + 1] = *b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
+    Ok((a, len as libc::socklen_t))
+}
+
+fn socket() -> Result<OwnedFd> {
+    // SAFETY: plain socket(2) call.
+    let fd = check(unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: fd was just created and is owned here.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Binds a socket to an abstract name; `EADDRINUSE` if taken.
+pub fn bind(name: &str) -> Result<OwnedFd> {
+    let fd = socket()?;
+    let (a, len) = sockaddr(name)?;
+    // SAFETY: a is a valid sockaddr_un of length len.
+    check(unsafe { libc::bind(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
+    Ok(fd)
+}
+
+/// Binds and listens.
+pub fn listen(name: &str) -> Result<OwnedFd> {
+    let fd = bind(name)?;
+    // SAFETY: fd is a bound socket.
+    check(unsafe { libc::listen(fd.as_raw_fd(), 1024) })?;
+    set_nonblocking(fd.as_raw_fd())?;
+    Ok(fd)
+}
+
+/// Starts listening on an already bound socket.
+pub fn listen_bound(fd: &OwnedFd, backlog: i32) -> Result<()> {
+    // SAFETY: fd is a bound socket.
+    check(unsafe { libc::listen(fd.as_raw_fd(), backlog.max(1)) })?;
+    set_nonblocking(fd.as_raw_fd())
+}
+
+/// Connects to the socket listening on `name` (`ECONNREFUSED` if nobody listens).
+pub fn connect(name: &str) -> Result<OwnedFd> {
+    let fd = socket()?;
+    connect_fd(&fd, name)?;
+    Ok(fd)
+}
+
+/// Connects an existing (possibly bound) socket.
+pub fn connect_fd(fd: &OwnedFd, name: &str) -> Result<()> {
+    let (a, len) = sockaddr(name)?;
+    // SAFETY: a is a valid sockaddr_un of length len.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
+    match check(r) {
+        Err(e) if e == Errno::ENOENT => Err(Errno::ECONNREFUSED),
+        r => r.map(|_| ()),
+    }
+}
+
+/// Accepts one pending connection, `None` if there is none.
+pub fn accept(listener: RawFd) -> Result<Option<OwnedFd>> {
+    // SAFETY: accept4 with NULL address pointers is valid.
+    let r = unsafe {
+        libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC)
+    };
+    match check(r) {
+        // SAFETY: r is a new descriptor owned here.
+        Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) })),
+        Err(e) if e == Errno::EAGAIN => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn set_nonblocking(fd: RawFd) -> Result<()> {
+    // SAFETY: fcntl on a descriptor we own.
+    let fl = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) })?;
+    Ok(())
+}
+
+const MAX_FDS: usize = 4;
+
+/// Sends one message with up to four descriptors attached.
+pub fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
+    assert!(fds.len() <= MAX_FDS);
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let bytes = std::mem::size_of_val(fds) as u32;
+        // SAFETY: CMSG_SPACE is a pure computation.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(bytes) } as usize;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        // SAFETY: msg_control points at cbuf, large enough for one cmsg with MAX_FDS fds.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(bytes) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: msg describes valid buffers for the duration of the call.
+        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        match check_size(r) {
+            Err(e) if e.0 == libc::EINTR => continue,
+            Err(e) if e == Errno::EAGAIN => {
+                wait_fd(fd, libc::POLLOUT);
+                continue;
+            }
+            r => return r.map(|_| ()),
+        }
+    }
+}
+
+fn wait_fd(fd: RawFd, events: i16) {
+    let mut p = libc::pollfd { fd, events, revents: 0 };
+    // SAFETY: p is a valid pollfd array of one.
+    unsafe { libc::poll(&mut p, 1, 100) };
+}
+
+/// Receives one message and the descriptors attached. `Ok(None)` means the peer closed, and
+/// `Err(EAGAIN)` that nothing is pending on a non-blocking socket.
+pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<(usize, Vec<OwnedFd>)>> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    let n = loop {
+        // SAFETY: msg describes valid buffers for the duration of the call.
+        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        match check_size(r) {
+            Err(e) if e.0 == libc::EINTR => continue,
+            Err(e) if e == Errno::ECONNRESET => return Ok(None),
+            r => break r?,
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled msg_control; the CMSG macros walk it within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data_len = (*c).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let count = data_len / std::mem::size_of::<RawFd>();
+                let p: *const RawFd = libc::CMSG_DATA(c).cast();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(p.add(i).read_unaligned()));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if n == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((n, fds)))
+}
+
+/// A plain-old-data message type that may be sent as raw bytes.
+///
+/// # Safety
+/// Implementors are `repr(C)`, contain no pointers, and every bit pattern is valid.
+pub unsafe trait Pod: Copy {
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Self is Pod: reading its bytes is fine.
+        unsafe {
+            std::slice::from_raw_parts((self as *const Self).cast(), std::mem::size_of::<Self>())
+        }
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() < std::mem::size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: the buffer holds enough bytes and every bit pattern is a valid Self.
+        Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) })
+    }
+}

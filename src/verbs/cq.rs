@@ -1,0 +1,288 @@
+//! Completion queues and completion channels.
+//!
+//! A completion channel's fd is a real eventfd in semaphore mode: one count per pending CQ
+//! event, so `poll()`, `epoll` and `O_NONBLOCK` (`EAGAIN`) behave as with the kernel.
+
+use super::device::Context;
+use super::objects;
+use super::qp::Qp;
+use crate::errno::{check, Errno, Result};
+use crate::handle::CBox;
+use crate::provider::soft::engine::{ARMED_CQS, POLL_EPOCH};
+use crate::sys::*;
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+
+/// A work completion as the provider produces it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wc {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub byte_len: u32,
+    pub imm: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: u32,
+    pub solicited: bool,
+}
+
+impl Wc {
+    pub fn write_to(&self, out: &mut ibv_wc) {
+        out.wr_id = self.wr_id;
+        out.status = self.status;
+        out.opcode = self.opcode;
+        out.vendor_err = 0;
+        out.byte_len = self.byte_len;
+        out.imm_data_invalidated_rkey_union =
+            imm_data_invalidated_rkey_union_t { imm_data: self.imm };
+        out.qp_num = self.qp_num;
+        out.src_qp = self.src_qp;
+        out.wc_flags = self.wc_flags;
+        out.pkey_index = 0;
+        out.slid = 0;
+        out.sl = 0;
+        out.dlid_path_bits = 0;
+    }
+}
+
+pub struct CompChannel {
+    pub raw: CBox<ibv_comp_channel>,
+    pub ctx: Arc<Context>,
+    efd: OwnedFd,
+    /// Addresses of CQs with a pending event, in order.
+    queue: Mutex<VecDeque<usize>>,
+}
+
+impl CompChannel {
+    pub fn create(ctx: Arc<Context>) -> Result<*mut ibv_comp_channel> {
+        // SAFETY: plain eventfd(2) call.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) })?;
+        // SAFETY: fd was just created and is owned here.
+        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let raw: CBox<ibv_comp_channel> = CBox::zeroed();
+        // SAFETY: not yet published.
+        let r = unsafe { raw.get_mut() };
+        r.context = ctx.ptr();
+        r.fd = efd.as_raw_fd();
+        r.refcnt = 0;
+        let p = raw.as_ptr();
+        objects().channels.insert(
+            p as usize,
+            Arc::new(CompChannel { raw, ctx, efd, queue: Mutex::new(VecDeque::new()) }),
+        );
+        Ok(p)
+    }
+
+    /// `EBUSY` while a CQ still uses the channel.
+    pub fn destroy(p: *mut ibv_comp_channel) -> Result<()> {
+        let ch = objects().channels.get(p)?;
+        if objects()
+            .cqs
+            .values()
+            .iter()
+            .any(|c| c.channel.as_ref().is_some_and(|x| Arc::ptr_eq(x, &ch)))
+        {
+            return Err(Errno::EBUSY);
+        }
+        objects().channels.remove(p);
+        Ok(())
+    }
+
+    fn post(&self, cq: usize) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(cq);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Blocks (unless the fd is non-blocking) until a CQ event arrives; returns the CQ.
+    pub fn get_event(&self) -> Result<Arc<Cq>> {
+        loop {
+            let mut v: u64 = 0;
+            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
+            let r = unsafe { libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            if r < 0 {
+                let e = Errno::last();
+                if e.0 == libc::EINTR {
+                    continue;
+                }
+                return Err(e);
+            }
+            let next = self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            // A CQ destroyed after posting its event leaves a count without an entry: skip it.
+            if let Some(addr) = next {
+                if let Ok(cq) = objects().cqs.get(addr as *const ibv_cq) {
+                    cq.st.lock().unwrap_or_else(|e| e.into_inner()).events_read += 1;
+                    return Ok(cq);
+                }
+            }
+        }
+    }
+
+    fn forget(&self, cq: usize) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).retain(|&c| c != cq);
+    }
+}
+
+#[derive(Default)]
+pub struct CqState {
+    wcs: VecDeque<Wc>,
+    /// 0: not armed; 1: next completion; 2: next solicited or error completion.
+    armed: u8,
+    pub events_read: u32,
+    events_acked: u32,
+}
+
+pub struct Cq {
+    pub raw: CBox<ibv_cq>,
+    pub ctx: Arc<Context>,
+    pub channel: Option<Arc<CompChannel>>,
+    pub st: Mutex<CqState>,
+    acked: Condvar,
+    qps: Mutex<Vec<Weak<Qp>>>,
+}
+
+impl Cq {
+    pub fn create(
+        ctx: Arc<Context>,
+        cqe: i32,
+        cq_context: *mut libc::c_void,
+        channel: Option<Arc<CompChannel>>,
+        comp_vector: i32,
+    ) -> Result<*mut ibv_cq> {
+        if cqe < 1 || cqe as u32 > super::device::MAX_CQE || !(0..1).contains(&comp_vector) {
+            return Err(Errno::EINVAL);
+        }
+        let raw: CBox<ibv_cq> = CBox::zeroed();
+        // SAFETY: not yet published.
+        let r = unsafe { raw.get_mut() };
+        r.context = ctx.ptr();
+        r.channel = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.raw.as_ptr());
+        r.cq_context = cq_context;
+        r.handle = raw.addr() as u32;
+        r.cqe = cqe;
+        let p = raw.as_ptr();
+        if let Some(c) = &channel {
+            // SAFETY: refcnt is informational; we update it under the registry's ordering.
+            unsafe { c.raw.get_mut().refcnt += 1 };
+        }
+        let cq = Arc::new(Cq {
+            raw,
+            ctx,
+            channel,
+            st: Mutex::new(CqState::default()),
+            acked: Condvar::new(),
+            qps: Mutex::new(Vec::new()),
+        });
+        objects().cqs.insert(p as usize, cq);
+        Ok(p)
+    }
+
+    /// Destroys the CQ once every event read from its channel has been acknowledged.
+    pub fn destroy(p: *mut ibv_cq) -> Result<()> {
+        let cq = objects().cqs.get(p)?;
+        if objects()
+            .qps
+            .values()
+            .iter()
+            .any(|q| Arc::ptr_eq(&q.send_cq, &cq) || Arc::ptr_eq(&q.recv_cq, &cq))
+        {
+            return Err(Errno::EBUSY);
+        }
+        objects().cqs.remove(p);
+        if let Some(c) = &cq.channel {
+            c.forget(p as usize);
+            // SAFETY: see create().
+            unsafe { c.raw.get_mut().refcnt -= 1 };
+        }
+        let mut st = cq.st.lock().unwrap_or_else(|e| e.into_inner());
+        if st.armed != 0 {
+            ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
+            st.armed = 0;
+        }
+        while st.events_acked < st.events_read {
+            st = cq.acked.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(())
+    }
+
+    pub fn attach(&self, qp: Weak<Qp>) {
+        let mut l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        l.retain(|w| w.strong_count() > 0);
+        l.push(qp);
+    }
+
+    /// Adds a completion and raises the channel event if the CQ is armed for it.
+    pub fn push(&self, wc: Wc) {
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        st.wcs.push_back(wc);
+        let fire = match st.armed {
+            1 => true,
+            2 => wc.solicited || wc.status != ibv_wc_status::IBV_WC_SUCCESS,
+            _ => false,
+        };
+        if fire {
+            st.armed = 0;
+            ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
+            if let Some(c) = &self.channel {
+                c.post(self.raw.addr());
+            }
+        }
+    }
+
+    /// Runs the QPs feeding this CQ, then takes up to `out.len()` completions.
+    pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
+        POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
+        self.progress_qps();
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        while n < out.len() {
+            match st.wcs.pop_front() {
+                Some(wc) => {
+                    wc.write_to(&mut out[n]);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    fn progress_qps(&self) {
+        let qps: Vec<Arc<Qp>> = self
+            .qps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .collect();
+        for q in qps {
+            q.progress_now();
+        }
+    }
+
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        if self.channel.is_none() {
+            // Allowed (events go nowhere), as with the kernel.
+        }
+        {
+            let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            if st.armed == 0 {
+                ARMED_CQS.fetch_add(1, Ordering::Relaxed);
+            }
+            st.armed = if solicited_only { 2 } else { 1 };
+        }
+        // Anything that already arrived must raise the event now, not after the next message.
+        self.progress_qps();
+        Ok(())
+    }
+
+    pub fn ack_events(&self, n: u32) {
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        st.events_acked = st.events_acked.wrapping_add(n).min(st.events_read);
+        self.acked.notify_all();
+    }
+}

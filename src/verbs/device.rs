@@ -1,0 +1,225 @@
+//! The soft device and its contexts.
+//!
+//! One device, `soft0`, port 1, RoCE-style: Ethernet link layer, transport IB (librdmacm checks
+//! it), active MTU 4096, GIDs are this host's IP addresses in IPv4-mapped IPv6 form.
+
+use super::objects;
+use crate::errno::{check, Errno, Result};
+use crate::handle::CBox;
+use crate::sys::*;
+use once_cell::sync::Lazy;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+pub const DEVICE_NAME: &str = "soft0";
+pub const PORT: u8 = 1;
+pub const MAX_QP_WR: u32 = 16384;
+pub const MAX_SGE: u32 = 32;
+pub const MAX_CQE: u32 = 0x3fffff;
+pub const MAX_INLINE: u32 = 1024;
+pub const MAX_MSG: u32 = 1 << 31;
+pub const GID_TABLE_LEN: usize = 16;
+/// `IBV_LINK_LAYER_ETHERNET` (an anonymous enum in verbs.h, so bindgen does not emit it).
+pub const LINK_LAYER_ETHERNET: u8 = 2;
+pub const NODE_GUID: u64 = 0x0200_5eff_fe00_0001;
+
+/// The one soft device, a static C struct for the lifetime of the process.
+pub struct Device {
+    pub raw: CBox<ibv_device>,
+}
+
+fn copy_str(dst: &mut [libc::c_char], s: &str) {
+    for (d, b) in dst.iter_mut().zip(s.bytes().chain(std::iter::once(0))) {
+        *d = b as libc::c_char;
+    }
+}
+
+pub static DEVICE: Lazy<Device> = Lazy::new(|| {
+    let raw: CBox<ibv_device> = CBox::zeroed();
+    // SAFETY: not yet published.
+    let d = unsafe { raw.get_mut() };
+    d.node_type = ibv_node_type::IBV_NODE_CA;
+    d.transport_type = ibv_transport_type::IBV_TRANSPORT_IB;
+    copy_str(&mut d.name, DEVICE_NAME);
+    copy_str(&mut d.dev_name, "uverbs0");
+    copy_str(&mut d.dev_path, "/sys/class/infiniband_verbs/uverbs0");
+    copy_str(&mut d.ibdev_path, "/sys/class/infiniband/soft0");
+    Device { raw }
+});
+
+pub fn device_ptr() -> *mut ibv_device {
+    DEVICE.raw.as_ptr()
+}
+
+pub fn is_device(p: *const ibv_device) -> bool {
+    !p.is_null() && std::ptr::eq(p, DEVICE.raw.as_ptr())
+}
+
+/// This host's IP addresses, loopback first: the source of the GID table.
+pub fn local_addresses() -> Vec<IpAddr> {
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills ifa with a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifa) } == 0 {
+        let mut p = ifa;
+        while !p.is_null() {
+            // SAFETY: p walks the list returned by getifaddrs.
+            let a = unsafe { (*p).ifa_addr };
+            if !a.is_null() {
+                // SAFETY: a points at a sockaddr whose family says its real type.
+                match unsafe { (*a).sa_family } as i32 {
+                    libc::AF_INET => {
+                        // SAFETY: AF_INET addresses are sockaddr_in.
+                        let sin = unsafe { &*(a as *const libc::sockaddr_in) };
+                        v4.push(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()));
+                    }
+                    libc::AF_INET6 => {
+                        // SAFETY: AF_INET6 addresses are sockaddr_in6.
+                        let sin6 = unsafe { &*(a as *const libc::sockaddr_in6) };
+                        v6.push(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            // SAFETY: as above.
+            p = unsafe { (*p).ifa_next };
+        }
+        // SAFETY: ifa came from getifaddrs.
+        unsafe { libc::freeifaddrs(ifa) };
+    }
+    v4.sort_by_key(|a| !a.is_loopback());
+    v6.sort_by_key(|a| !a.is_loopback());
+    v4.dedup();
+    v6.dedup();
+    v4.into_iter().chain(v6).collect()
+}
+
+/// The GID of an IP address: IPv4-mapped for IPv4, the address itself for IPv6.
+pub fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+pub fn ip_of_gid(gid: &[u8; 16]) -> IpAddr {
+    let a = std::net::Ipv6Addr::from(*gid);
+    match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(a),
+    }
+}
+
+pub fn gid_table() -> Vec<[u8; 16]> {
+    local_addresses().into_iter().take(GID_TABLE_LEN).map(gid_of).collect()
+}
+
+/// An open device context. The handle is the `ibv_context` inside a `verbs_context`, as
+/// libibverbs lays it out, so `verbs_get_ctx()` in inlined code finds the extended part.
+pub struct Context {
+    pub vctx: CBox<verbs_context>,
+    async_fd: OwnedFd,
+}
+
+impl Context {
+    pub fn ptr(&self) -> *mut ibv_context {
+        // SAFETY: the context field lies inside the live verbs_context allocation.
+        unsafe { std::ptr::addr_of_mut!((*self.vctx.as_ptr()).context) }
+    }
+
+    pub fn open(device: *mut ibv_device, ops: ibv_context_ops) -> Result<*mut ibv_context> {
+        if !is_device(device) {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: plain eventfd(2) call; async events are not generated yet, the fd only has to
+        // be a real pollable descriptor.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // SAFETY: fd was just created and is owned here.
+        let async_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let vctx: CBox<verbs_context> = CBox::zeroed();
+        // SAFETY: not yet published.
+        let v = unsafe { vctx.get_mut() };
+        v.sz = std::mem::size_of::<verbs_context>();
+        v.context.device = device;
+        v.context.ops = ops;
+        v.context.cmd_fd = -1;
+        v.context.async_fd = async_fd.as_raw_fd();
+        v.context.num_comp_vectors = 1;
+        // libibverbs marks an extended context with abi_compat = __VERBS_ABI_IS_EXTENDED (all ones).
+        v.context.abi_compat = usize::MAX as *mut libc::c_void;
+        let ctx = Arc::new(Context { vctx, async_fd });
+        let p = ctx.ptr();
+        objects().contexts.insert(p as usize, ctx);
+        Ok(p)
+    }
+
+    pub fn async_fd(&self) -> i32 {
+        self.async_fd.as_raw_fd()
+    }
+}
+
+/// `ibv_query_device` answers, rxe-like.
+pub fn device_attr(a: &mut ibv_device_attr) {
+    // SAFETY: all-zero is a valid ibv_device_attr.
+    *a = unsafe { std::mem::zeroed() };
+    copy_str(&mut a.fw_ver, "1.0.0");
+    a.node_guid = NODE_GUID.to_be();
+    a.sys_image_guid = NODE_GUID.to_be();
+    a.max_mr_size = u64::MAX;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = 0xffffff;
+    a.vendor_part_id = 0;
+    a.hw_ver = 0;
+    a.max_qp = 0x10000;
+    a.max_qp_wr = MAX_QP_WR as i32;
+    a.device_cap_flags = 0;
+    a.max_sge = MAX_SGE as i32;
+    a.max_sge_rd = MAX_SGE as i32;
+    a.max_cq = 0x4000;
+    a.max_cqe = MAX_CQE as i32;
+    a.max_mr = 0x40000;
+    a.max_pd = 0x8000;
+    a.max_qp_rd_atom = 128;
+    a.max_ee_rd_atom = 0;
+    a.max_res_rd_atom = 258048;
+    a.max_qp_init_rd_atom = 128;
+    a.atomic_cap = ibv_atomic_cap::IBV_ATOMIC_HCA;
+    a.max_mcast_grp = 8192;
+    a.max_mcast_qp_attach = 56;
+    a.max_total_mcast_qp_attach = 458752;
+    a.max_ah = 0x8000;
+    a.max_srq = 0x4000;
+    a.max_srq_wr = MAX_QP_WR as i32;
+    a.max_srq_sge = MAX_SGE as u16 as i32;
+    a.max_pkeys = 64;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+}
+
+/// `ibv_query_port` answers for port 1.
+pub fn port_attr(a: &mut ibv_port_attr) {
+    // SAFETY: all-zero is a valid ibv_port_attr.
+    *a = unsafe { std::mem::zeroed() };
+    a.state = ibv_port_state::IBV_PORT_ACTIVE;
+    a.max_mtu = ibv_mtu::IBV_MTU_4096;
+    a.active_mtu = ibv_mtu::IBV_MTU_4096;
+    a.gid_tbl_len = GID_TABLE_LEN as i32;
+    a.port_cap_flags = 0x0001_0000 | 0x0400_0000; // CM supported, IP-based GIDs
+    a.max_msg_sz = MAX_MSG;
+    a.bad_pkey_cntr = 0;
+    a.qkey_viol_cntr = 0;
+    a.pkey_tbl_len = 1;
+    a.lid = 0;
+    a.sm_lid = 0;
+    a.lmc = 0;
+    a.max_vl_num = 1;
+    a.sm_sl = 0;
+    a.subnet_timeout = 0;
+    a.init_type_reply = 0;
+    a.active_width = 2; // 4x
+    a.active_speed = 32; // 25 Gb/s per lane
+    a.phys_state = 5; // LinkUp
+    a.link_layer = LINK_LAYER_ETHERNET;
+}

@@ -1,0 +1,131 @@
+//! Memory regions and the key table through which the provider touches memory.
+//!
+//! Keys are random 32-bit values (lkey == rkey), so a peer cannot guess one. Every access by the
+//! provider goes through [`lookup`] with the key, PD, range and access it needs; a failure is an
+//! error completion, never a fault.
+
+use super::objects;
+use super::pd::Pd;
+use crate::errno::{Errno, Result};
+use crate::handle::CBox;
+use crate::sys::*;
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+pub struct Mr {
+    pub raw: CBox<ibv_mr>,
+    pub pd: Arc<Pd>,
+    pub addr: usize,
+    pub len: usize,
+    pub access: u32,
+    pub key: u32,
+}
+
+static KEYS: Lazy<RwLock<HashMap<u32, Arc<Mr>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+
+pub const ACCESS_LOCAL_WRITE: u32 = 1;
+pub const ACCESS_REMOTE_WRITE: u32 = 2;
+pub const ACCESS_REMOTE_READ: u32 = 4;
+pub const ACCESS_REMOTE_ATOMIC: u32 = 8;
+/// Every access flag libibverbs 44 defines (up to IBV_ACCESS_RELAXED_ORDERING).
+const ACCESS_KNOWN: u32 = (1 << 21) - 1;
+
+fn random_key() -> u32 {
+    let mut r: u32 = 0;
+    // SAFETY: getrandom into a valid 4-byte buffer.
+    unsafe { libc::getrandom((&mut r as *mut u32).cast(), 4, 0) };
+    r
+}
+
+impl Mr {
+    pub fn register(
+        pd: Arc<Pd>,
+        addr: *mut libc::c_void,
+        len: usize,
+        access: i32,
+    ) -> Result<*mut ibv_mr> {
+        let access = access as u32;
+        if access & !ACCESS_KNOWN != 0 {
+            return Err(Errno::EINVAL);
+        }
+        // Remote write or atomic access needs local write, as the spec and the kernel require.
+        if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+            && access & ACCESS_LOCAL_WRITE == 0
+        {
+            return Err(Errno::EINVAL);
+        }
+        if addr.is_null() && len != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if (addr as usize).checked_add(len).is_none() {
+            return Err(Errno::EINVAL);
+        }
+        let raw: CBox<ibv_mr> = CBox::zeroed();
+        let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+        let key = loop {
+            let k = random_key();
+            if k != 0 && !keys.contains_key(&k) {
+                break k;
+            }
+        };
+        // SAFETY: not yet published.
+        let r = unsafe { raw.get_mut() };
+        r.context = pd.ctx.ptr();
+        r.pd = pd.raw.as_ptr();
+        r.addr = addr;
+        r.length = len;
+        r.handle = key;
+        r.lkey = key;
+        r.rkey = key;
+        let p = raw.as_ptr();
+        let mr = Arc::new(Mr { raw, pd, addr: addr as usize, len, access, key });
+        keys.insert(key, mr.clone());
+        objects().mrs.insert(p as usize, mr);
+        Ok(p)
+    }
+
+    pub fn deregister(p: *mut ibv_mr) -> Result<()> {
+        let mr = objects().mrs.remove(p).ok_or(Errno::EINVAL)?;
+        KEYS.write().unwrap_or_else(|e| e.into_inner()).remove(&mr.key);
+        Ok(())
+    }
+}
+
+/// Why an access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessError {
+    /// Unknown key, other PD, or outside the region: a protection error.
+    Protection,
+    /// The region lacks the access right.
+    Access,
+}
+
+/// Checks that `[addr, addr+len)` lies in the region `key` of `pd` with rights `need`, and returns
+/// the region (kept alive while the caller copies).
+pub fn lookup(
+    key: u32,
+    pd: &Arc<Pd>,
+    addr: u64,
+    len: usize,
+    need: u32,
+) -> std::result::Result<Arc<Mr>, AccessError> {
+    let mr = KEYS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .cloned()
+        .ok_or(AccessError::Protection)?;
+    if !Arc::ptr_eq(&mr.pd, pd) {
+        return Err(AccessError::Protection);
+    }
+    let start = addr as usize;
+    let end = start.checked_add(len).ok_or(AccessError::Protection)?;
+    if start < mr.addr || end > mr.addr + mr.len {
+        return Err(AccessError::Protection);
+    }
+    if mr.access & need != need {
+        return Err(AccessError::Access);
+    }
+    Ok(mr)
+}

@@ -1,0 +1,883 @@
+//! Queue pairs: the state machine, work-request validation and the RC data path over a
+//! provider link (segmenting sends into the ring, scattering received segments into posted
+//! receives, generating completions).
+
+use super::cq::{Cq, Wc};
+use super::device::{self, Context};
+use super::mr::{self, AccessError};
+use super::objects;
+use super::pd::Pd;
+use super::srq::Srq;
+use crate::errno::{Errno, Result};
+use crate::handle::CBox;
+use crate::provider::soft::engine::{engine, Pollable};
+use crate::provider::soft::link::{self, Hello, Link};
+use crate::provider::soft::ring::{SegHdr, SEG_DATA, SEG_FIRST, SEG_IMM, SEG_LAST};
+use crate::sys::*;
+use once_cell::sync::Lazy;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use ibv_qp_state::*;
+use ibv_wc_opcode::*;
+use ibv_wc_status::*;
+
+/// A scatter/gather list; one entry (the common case) needs no allocation.
+#[derive(Clone)]
+pub enum Sgl {
+    One(ibv_sge),
+    Many(Vec<ibv_sge>),
+}
+
+impl Sgl {
+    pub fn from_slice(s: &[ibv_sge]) -> Sgl {
+        match s {
+            [one] => Sgl::One(*one),
+            _ => Sgl::Many(s.to_vec()),
+        }
+    }
+
+    pub fn as_slice(&self) -> &[ibv_sge] {
+        match self {
+            Sgl::One(s) => std::slice::from_ref(s),
+            Sgl::Many(v) => v,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+
+    fn total(&self) -> u64 {
+        self.as_slice().iter().map(|s| s.length as u64).sum()
+    }
+}
+
+/// A posted receive.
+#[derive(Clone)]
+pub struct RecvWqe {
+    pub wr_id: u64,
+    pub sges: Sgl,
+}
+
+/// What a send carries.
+pub enum Payload {
+    /// Registered memory, read when the request executes.
+    Sges(Sgl),
+    /// Copied at post time (`IBV_SEND_INLINE`).
+    Inline(Vec<u8>),
+}
+
+/// A posted send.
+pub struct SendWqe {
+    pub wr_id: u64,
+    pub opcode: u32,
+    pub signaled: bool,
+    pub solicited: bool,
+    pub imm: Option<u32>,
+    pub payload: Payload,
+    pub len: u64,
+}
+
+struct Inflight {
+    wr_id: u64,
+    signaled: bool,
+    len: u32,
+    end_seq: u64,
+}
+
+struct CurRecv {
+    wqe: RecvWqe,
+    off: u64,
+    status: u32,
+}
+
+struct QpState {
+    state: u32,
+    attr: ibv_qp_attr,
+    sq: VecDeque<SendWqe>,
+    /// Bytes of the front send already written to the ring.
+    pushed: u64,
+    inflight: VecDeque<Inflight>,
+    rq: VecDeque<RecvWqe>,
+    cur_recv: Option<CurRecv>,
+    link: Option<Arc<Link>>,
+    /// The peer connected before we reached RTR: its handshake waits here.
+    pending_hello: Option<(OwnedFd, Hello, Vec<OwnedFd>)>,
+    /// The peer's QP is gone (or could not be reached).
+    peer_gone: bool,
+}
+
+pub struct Qp {
+    pub raw: CBox<ibv_qp>,
+    pub ctx: Arc<Context>,
+    pub pd: Arc<Pd>,
+    pub send_cq: Arc<Cq>,
+    pub recv_cq: Arc<Cq>,
+    pub srq: Option<Arc<Srq>>,
+    pub qp_type: u32,
+    pub qpn: u32,
+    pub sq_sig_all: bool,
+    pub cap: ibv_qp_cap,
+    listener: OwnedFd,
+    st: Mutex<QpState>,
+    me: Weak<Qp>,
+}
+
+/// QPN → QP, for handshakes arriving at a QP's socket.
+static BY_QPN: Lazy<RwLock<HashMap<u32, Weak<Qp>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const M_STATE: u32 = ibv_qp_attr_mask::IBV_QP_STATE.0;
+const M_CUR_STATE: u32 = ibv_qp_attr_mask::IBV_QP_CUR_STATE.0;
+const M_EN_SQD: u32 = ibv_qp_attr_mask::IBV_QP_EN_SQD_ASYNC_NOTIFY.0;
+const M_ACCESS: u32 = ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
+const M_PKEY: u32 = ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0;
+const M_PORT: u32 = ibv_qp_attr_mask::IBV_QP_PORT.0;
+const M_QKEY: u32 = ibv_qp_attr_mask::IBV_QP_QKEY.0;
+const M_AV: u32 = ibv_qp_attr_mask::IBV_QP_AV.0;
+const M_PATH_MTU: u32 = ibv_qp_attr_mask::IBV_QP_PATH_MTU.0;
+const M_TIMEOUT: u32 = ibv_qp_attr_mask::IBV_QP_TIMEOUT.0;
+const M_RETRY: u32 = ibv_qp_attr_mask::IBV_QP_RETRY_CNT.0;
+const M_RNR_RETRY: u32 = ibv_qp_attr_mask::IBV_QP_RNR_RETRY.0;
+const M_RQ_PSN: u32 = ibv_qp_attr_mask::IBV_QP_RQ_PSN.0;
+const M_MAX_QP_RD: u32 = ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC.0;
+const M_ALT_PATH: u32 = ibv_qp_attr_mask::IBV_QP_ALT_PATH.0;
+const M_MIN_RNR: u32 = ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0;
+const M_SQ_PSN: u32 = ibv_qp_attr_mask::IBV_QP_SQ_PSN.0;
+const M_MAX_DEST_RD: u32 = ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0;
+const M_MIG: u32 = ibv_qp_attr_mask::IBV_QP_PATH_MIG_STATE.0;
+const M_CAP: u32 = ibv_qp_attr_mask::IBV_QP_CAP.0;
+const M_DEST_QPN: u32 = ibv_qp_attr_mask::IBV_QP_DEST_QPN.0;
+
+/// Required and optional attribute masks of an RC transition (IBA 11.2.4.2), `None` if the
+/// transition does not exist.
+fn rc_transition(from: u32, to: u32) -> Option<(u32, u32)> {
+    Some(match (from, to) {
+        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => (0, 0),
+        (IBV_QPS_RESET, IBV_QPS_INIT) => (M_PKEY | M_PORT | M_ACCESS, 0),
+        (IBV_QPS_INIT, IBV_QPS_INIT) => (0, M_PKEY | M_PORT | M_ACCESS),
+        (IBV_QPS_INIT, IBV_QPS_RTR) => (
+            M_AV | M_PATH_MTU | M_DEST_QPN | M_RQ_PSN | M_MAX_DEST_RD | M_MIN_RNR,
+            M_ALT_PATH | M_ACCESS | M_PKEY,
+        ),
+        (IBV_QPS_RTR, IBV_QPS_RTS) => (
+            M_TIMEOUT | M_RETRY | M_RNR_RETRY | M_SQ_PSN | M_MAX_QP_RD,
+            M_CUR_STATE | M_ALT_PATH | M_ACCESS | M_MIN_RNR | M_MIG,
+        ),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => (0, M_CUR_STATE | M_ACCESS | M_ALT_PATH | M_MIG | M_MIN_RNR),
+        _ => return None,
+    })
+}
+
+impl Qp {
+    pub fn create(pd: Arc<Pd>, attr: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp> {
+        let o = objects();
+        let send_cq = o.cqs.get(attr.send_cq)?;
+        let recv_cq = o.cqs.get(attr.recv_cq)?;
+        let srq = if attr.srq.is_null() { None } else { Some(o.srqs.get(attr.srq)?) };
+        match attr.qp_type {
+            ibv_qp_type::IBV_QPT_RC => {}
+            // UD and UC are owned by later work (issue 4 for UD): refuse clearly.
+            _ => return Err(Errno::EOPNOTSUPP),
+        }
+        let c = &mut attr.cap;
+        if c.max_send_wr > device::MAX_QP_WR
+            || (srq.is_none() && c.max_recv_wr > device::MAX_QP_WR)
+            || c.max_send_sge > device::MAX_SGE
+            || c.max_recv_sge > device::MAX_SGE
+            || c.max_inline_data > device::MAX_INLINE
+        {
+            return Err(Errno::EINVAL);
+        }
+        c.max_send_wr = c.max_send_wr.max(1);
+        c.max_send_sge = c.max_send_sge.max(1);
+        c.max_inline_data = c.max_inline_data.max(64);
+        if srq.is_some() {
+            c.max_recv_wr = 0;
+            c.max_recv_sge = 0;
+        } else {
+            c.max_recv_wr = c.max_recv_wr.max(1);
+            c.max_recv_sge = c.max_recv_sge.max(1);
+        }
+        let (qpn, listener) = link::allocate_qpn()?;
+        let raw: CBox<ibv_qp> = CBox::zeroed();
+        // SAFETY: not yet published.
+        let r = unsafe { raw.get_mut() };
+        r.context = pd.ctx.ptr();
+        r.qp_context = attr.qp_context;
+        r.pd = pd.raw.as_ptr();
+        r.send_cq = attr.send_cq;
+        r.recv_cq = attr.recv_cq;
+        r.srq = attr.srq;
+        r.handle = qpn;
+        r.qp_num = qpn;
+        r.state = IBV_QPS_RESET;
+        r.qp_type = attr.qp_type;
+        let p = raw.as_ptr();
+        // SAFETY: all-zero is a valid ibv_qp_attr.
+        let mut qattr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qattr.cap = crate::handle::pod_copy(&attr.cap);
+        let qp = Arc::new_cyclic(|me| Qp {
+            raw,
+            ctx: pd.ctx.clone(),
+            pd,
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            srq,
+            qp_type: attr.qp_type,
+            qpn,
+            sq_sig_all: attr.sq_sig_all != 0,
+            cap: attr.cap,
+            listener,
+            st: Mutex::new(QpState {
+                state: IBV_QPS_RESET,
+                attr: qattr,
+                sq: VecDeque::new(),
+                pushed: 0,
+                inflight: VecDeque::new(),
+                rq: VecDeque::new(),
+                cur_recv: None,
+                link: None,
+                pending_hello: None,
+                peer_gone: false,
+            }),
+            me: me.clone(),
+        });
+        let w = Arc::downgrade(&qp);
+        let eng = engine()?;
+        let lfd = qp.listener.as_raw_fd();
+        eng.watch(lfd, Arc::new(move |_| on_listener_readable(lfd)))?;
+        BY_QPN.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, w.clone());
+        send_cq.attach(w.clone());
+        recv_cq.attach(w.clone());
+        let pw: Weak<dyn Pollable> = w;
+        eng.add_pollable(pw);
+        o.qps.insert(p as usize, qp);
+        Ok(p)
+    }
+
+    pub fn destroy(p: *mut ibv_qp) -> Result<()> {
+        let qp = objects().qps.remove(p).ok_or(Errno::EINVAL)?;
+        if let Ok(e) = engine() {
+            e.unwatch(qp.listener.as_raw_fd());
+        }
+        BY_QPN.write().unwrap_or_else(|e| e.into_inner()).remove(&qp.qpn);
+        let mut st = lock(&qp.st);
+        st.link = None;
+        st.pending_hello = None;
+        Ok(())
+    }
+
+    pub fn state(&self) -> u32 {
+        lock(&self.st).state
+    }
+
+    fn set_state(&self, st: &mut QpState, s: u32) {
+        st.state = s;
+        // SAFETY: state changes happen under st's lock; C reads the field as a plain value.
+        unsafe { self.raw.get_mut().state = s };
+    }
+
+    pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
+        let mut st = lock(&self.st);
+        let cur = st.state;
+        if mask & M_CUR_STATE != 0 && attr.cur_qp_state != cur {
+            return Err(Errno::EINVAL);
+        }
+        let to = if mask & M_STATE != 0 { attr.qp_state } else { cur };
+        let (req, opt) = rc_transition(cur, to).ok_or(Errno::EINVAL)?;
+        let given = mask & !M_STATE;
+        if given & req != req || given & !(req | opt | M_CUR_STATE) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if mask & M_PORT != 0 && attr.port_num != device::PORT {
+            return Err(Errno::EINVAL);
+        }
+        if mask & M_PKEY != 0 && attr.pkey_index != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if mask & M_PATH_MTU != 0
+            && !(ibv_mtu::IBV_MTU_256..=ibv_mtu::IBV_MTU_4096).contains(&attr.path_mtu)
+        {
+            return Err(Errno::EINVAL);
+        }
+        if mask & M_DEST_QPN != 0 && attr.dest_qp_num > 0x00ff_ffff {
+            return Err(Errno::EINVAL);
+        }
+        // Record what was given.
+        let a = &mut st.attr;
+        if mask & M_ACCESS != 0 {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if mask & M_PKEY != 0 {
+            a.pkey_index = attr.pkey_index;
+        }
+        if mask & M_PORT != 0 {
+            a.port_num = attr.port_num;
+        }
+        if mask & M_QKEY != 0 {
+            a.qkey = attr.qkey;
+        }
+        if mask & M_AV != 0 {
+            a.ah_attr = attr.ah_attr;
+        }
+        if mask & M_PATH_MTU != 0 {
+            a.path_mtu = attr.path_mtu;
+        }
+        if mask & M_TIMEOUT != 0 {
+            a.timeout = attr.timeout;
+        }
+        if mask & M_RETRY != 0 {
+            a.retry_cnt = attr.retry_cnt;
+        }
+        if mask & M_RNR_RETRY != 0 {
+            a.rnr_retry = attr.rnr_retry;
+        }
+        if mask & M_RQ_PSN != 0 {
+            a.rq_psn = attr.rq_psn;
+        }
+        if mask & M_SQ_PSN != 0 {
+            a.sq_psn = attr.sq_psn;
+        }
+        if mask & M_MAX_QP_RD != 0 {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if mask & M_MAX_DEST_RD != 0 {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if mask & M_MIN_RNR != 0 {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if mask & M_DEST_QPN != 0 {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if mask & M_MIG != 0 {
+            a.path_mig_state = attr.path_mig_state;
+        }
+        let _ = (M_EN_SQD, M_CAP);
+        match to {
+            IBV_QPS_RESET => {
+                st.sq.clear();
+                st.inflight.clear();
+                st.rq.clear();
+                st.cur_recv = None;
+                st.link = None;
+                st.pending_hello = None;
+                st.peer_gone = false;
+                st.pushed = 0;
+                self.set_state(&mut st, IBV_QPS_RESET);
+            }
+            IBV_QPS_ERR => self.to_error(&mut st),
+            IBV_QPS_RTR if cur == IBV_QPS_INIT => {
+                self.set_state(&mut st, IBV_QPS_RTR);
+                self.connect_link(&mut st);
+            }
+            s => self.set_state(&mut st, s),
+        }
+        drop(st);
+        self.progress_now();
+        Ok(())
+    }
+
+    pub fn query(&self) -> ibv_qp_attr {
+        let st = lock(&self.st);
+        let mut a = crate::handle::pod_copy(&st.attr);
+        a.qp_state = st.state;
+        a.cur_qp_state = st.state;
+        a.cap = self.cap;
+        a
+    }
+
+    /// At RTR: the smaller QPN connects; the larger one waits for (or adopts) the handshake.
+    fn connect_link(&self, st: &mut QpState) {
+        let dest = st.attr.dest_qp_num;
+        if self.qpn < dest {
+            match Link::connect(self.qpn, dest) {
+                Ok(l) => self.attach(st, l),
+                Err(_) => st.peer_gone = true,
+            }
+        } else if let Some((sock, h, fds)) = st.pending_hello.take() {
+            if h.from_qpn == dest {
+                if let Ok(l) = Link::accept(self.qpn, sock, &h, fds) {
+                    self.attach(st, l);
+                }
+            }
+        }
+    }
+
+    fn attach(&self, st: &mut QpState, l: Link) {
+        let l = Arc::new(l);
+        let fd = l.sock_fd();
+        let me = self.me.clone();
+        let weak_link = Arc::downgrade(&l);
+        if let Ok(e) = engine() {
+            let _ = e.watch(
+                fd,
+                Arc::new(move |_| {
+                    let (Some(qp), Some(link)) = (me.upgrade(), weak_link.upgrade()) else {
+                        return;
+                    };
+                    match link.on_readable() {
+                        Ok(true) => {
+                            qp.progress_now();
+                        }
+                        _ => {
+                            if let Ok(e) = engine() {
+                                e.unwatch(link.sock_fd());
+                            }
+                            qp.on_peer_gone();
+                        }
+                    }
+                }),
+            );
+        }
+        st.link = Some(l);
+    }
+
+    /// A peer's handshake arrived at our socket.
+    fn on_hello(&self, sock: OwnedFd, h: Hello, fds: Vec<OwnedFd>) {
+        let mut st = lock(&self.st);
+        let ready = matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS) && st.link.is_none();
+        if ready && st.attr.dest_qp_num == h.from_qpn {
+            if let Ok(l) = Link::accept(self.qpn, sock, &h, fds) {
+                self.attach(&mut st, l);
+            }
+        } else if matches!(st.state, IBV_QPS_RESET | IBV_QPS_INIT) {
+            st.pending_hello = Some((sock, h, fds));
+        }
+        drop(st);
+        self.progress_now();
+    }
+
+    fn on_peer_gone(&self) {
+        let mut st = lock(&self.st);
+        st.peer_gone = true;
+        drop(st);
+        self.progress_now();
+    }
+
+    /// Moves to ERR: every outstanding request completes with `IBV_WC_WR_FLUSH_ERR`.
+    fn to_error(&self, st: &mut QpState) {
+        self.set_state(st, IBV_QPS_ERR);
+        if let Some(l) = &st.link {
+            l.out.close();
+            l.notify_peer();
+        }
+        let flush = |wr_id, cq: &Cq, opcode| {
+            cq.push(Wc {
+                wr_id,
+                status: IBV_WC_WR_FLUSH_ERR,
+                opcode,
+                qp_num: self.qpn,
+                ..Wc::default()
+            })
+        };
+        for f in st.inflight.drain(..) {
+            flush(f.wr_id, &self.send_cq, IBV_WC_SEND);
+        }
+        for w in st.sq.drain(..) {
+            flush(w.wr_id, &self.send_cq, IBV_WC_SEND);
+        }
+        st.pushed = 0;
+        if let Some(c) = st.cur_recv.take() {
+            flush(c.wqe.wr_id, &self.recv_cq, IBV_WC_RECV);
+        }
+        for w in st.rq.drain(..) {
+            flush(w.wr_id, &self.recv_cq, IBV_WC_RECV);
+        }
+    }
+
+    fn error_completion(&self, st: &mut QpState, cq: &Cq, wr_id: u64, status: u32, opcode: u32) {
+        cq.push(Wc { wr_id, status, opcode, qp_num: self.qpn, ..Wc::default() });
+        self.to_error(st);
+    }
+
+    /// Validates and queues one send request.
+    pub fn post_send(&self, w: SendWqe, num_sge: usize) -> Result<()> {
+        let mut st = lock(&self.st);
+        match st.state {
+            IBV_QPS_RTS => {}
+            IBV_QPS_ERR => {
+                // Posting to a QP in error is allowed: the request is flushed.
+                self.send_cq.push(Wc {
+                    wr_id: w.wr_id,
+                    status: IBV_WC_WR_FLUSH_ERR,
+                    opcode: IBV_WC_SEND,
+                    qp_num: self.qpn,
+                    ..Wc::default()
+                });
+                return Ok(());
+            }
+            _ => return Err(Errno::EINVAL),
+        }
+        if num_sge > self.cap.max_send_sge as usize || w.len > device::MAX_MSG as u64 {
+            return Err(Errno::EINVAL);
+        }
+        if st.sq.len() + st.inflight.len() >= self.cap.max_send_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        st.sq.push_back(w);
+        if self.push_sends(&mut st) {
+            if let Some(l) = &st.link {
+                l.notify_peer();
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates and queues one receive request.
+    pub fn post_recv(&self, w: RecvWqe) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Errno::EINVAL);
+        }
+        let mut st = lock(&self.st);
+        if st.state == IBV_QPS_RESET {
+            return Err(Errno::EINVAL);
+        }
+        if w.sges.len() > self.cap.max_recv_sge as usize {
+            return Err(Errno::EINVAL);
+        }
+        if st.rq.len() + st.cur_recv.is_some() as usize >= self.cap.max_recv_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        if st.state == IBV_QPS_ERR {
+            self.recv_cq.push(Wc {
+                wr_id: w.wr_id,
+                status: IBV_WC_WR_FLUSH_ERR,
+                opcode: IBV_WC_RECV,
+                qp_num: self.qpn,
+                ..Wc::default()
+            });
+            return Ok(());
+        }
+        st.rq.push_back(w);
+        Ok(())
+    }
+
+    /// Writes queued sends into the ring while it has room; true if anything was written.
+    fn push_sends(&self, st: &mut QpState) -> bool {
+        let Some(link) = st.link.clone() else { return false };
+        if st.state != IBV_QPS_RTS {
+            return false;
+        }
+        let ring = link.out;
+        let mut wrote = false;
+        while let Some(w) = st.sq.front() {
+            if st.pushed == 0 {
+                if let Payload::Sges(sgl) = &w.payload {
+                    if let Err(e) = self.check_local(sgl, 0) {
+                        let wr_id = w.wr_id;
+                        st.sq.pop_front();
+                        let status = match e {
+                            AccessError::Protection | AccessError::Access => IBV_WC_LOC_PROT_ERR,
+                        };
+                        self.error_completion(
+                            st,
+                            &self.send_cq.clone(),
+                            wr_id,
+                            status,
+                            IBV_WC_SEND,
+                        );
+                        return wrote;
+                    }
+                }
+            }
+            let len = w.len;
+            loop {
+                if ring.free() == 0 {
+                    return wrote;
+                }
+                let off = st.pushed;
+                let n = (len - off).min(SEG_DATA as u64);
+                let seq = ring.head();
+                let (hdr, data) = ring.slot(seq);
+                let mut flags = 0;
+                if off == 0 {
+                    flags |= SEG_FIRST;
+                }
+                if off + n == len {
+                    flags |= SEG_LAST;
+                }
+                if w.imm.is_some() {
+                    flags |= SEG_IMM;
+                }
+                let h = SegHdr {
+                    msg_len: len as u32,
+                    seg_len: n as u32,
+                    flags,
+                    opcode: w.opcode,
+                    imm: w.imm.unwrap_or(0),
+                    _reserved: [w.solicited as u32, 0, 0],
+                };
+                // SAFETY: hdr and data point into the producer's own free slot (ring protocol);
+                // SEG_DATA bytes are available after the header.
+                unsafe {
+                    hdr.write_volatile(h);
+                    copy_out(&w.payload, off, data, n as usize);
+                }
+                ring.publish(1);
+                wrote = true;
+                st.pushed = off + n;
+                if st.pushed == len {
+                    break;
+                }
+            }
+            let w = st.sq.pop_front().expect("front exists");
+            st.pushed = 0;
+            st.inflight.push_back(Inflight {
+                wr_id: w.wr_id,
+                signaled: w.signaled || self.sq_sig_all,
+                len: w.len as u32,
+                end_seq: ring.head(),
+            });
+        }
+        wrote
+    }
+
+    /// Checks that every entry lies in a region of our PD with `need` rights.
+    fn check_local(&self, sgl: &Sgl, need: u32) -> std::result::Result<(), AccessError> {
+        for s in sgl.as_slice() {
+            if s.length == 0 {
+                continue;
+            }
+            mr::lookup(s.lkey, &self.pd, s.addr, s.length as usize, need)?;
+        }
+        Ok(())
+    }
+
+    /// Completes sends whose messages the peer has consumed.
+    fn reap_acks(&self, st: &mut QpState) -> bool {
+        let Some(link) = st.link.clone() else { return false };
+        let tail = link.out.tail();
+        let mut did = false;
+        while st.inflight.front().is_some_and(|f| f.end_seq <= tail) {
+            let f = st.inflight.pop_front().expect("front exists");
+            did = true;
+            if f.signaled {
+                self.send_cq.push(Wc {
+                    wr_id: f.wr_id,
+                    status: IBV_WC_SUCCESS,
+                    opcode: IBV_WC_SEND,
+                    byte_len: f.len,
+                    qp_num: self.qpn,
+                    ..Wc::default()
+                });
+            }
+        }
+        did
+    }
+
+    fn next_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
+        match &self.srq {
+            Some(s) => s.pop(),
+            None => st.rq.pop_front(),
+        }
+    }
+
+    /// Scatters received segments into posted receives.
+    fn consume(&self, st: &mut QpState) -> bool {
+        let Some(link) = st.link.clone() else { return false };
+        if !matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS) {
+            return false;
+        }
+        let ring = link.inn;
+        let mut consumed = false;
+        while ring.available() > 0 {
+            let seq = ring.tail();
+            let (hp, data) = ring.slot(seq);
+            // SAFETY: the slot is published (available > 0) and owned by us until consume().
+            let h = unsafe { hp.read_volatile() };
+            if st.cur_recv.is_none() {
+                let Some(wqe) = self.next_recv(st) else { break };
+                let status = if (h.msg_len as u64) > wqe.sges.total() {
+                    IBV_WC_LOC_LEN_ERR
+                } else if self.check_local(&wqe.sges, mr::ACCESS_LOCAL_WRITE).is_err() {
+                    IBV_WC_LOC_PROT_ERR
+                } else {
+                    IBV_WC_SUCCESS
+                };
+                st.cur_recv = Some(CurRecv { wqe, off: 0, status });
+            }
+            let cur = st.cur_recv.as_mut().expect("set above");
+            let n = (h.seg_len as usize).min(SEG_DATA);
+            if cur.status == IBV_WC_SUCCESS {
+                // SAFETY: the receive's regions were checked (local write, in bounds, total
+                // length >= message length); data holds n published bytes.
+                unsafe { copy_in(&cur.wqe.sges, cur.off, data, n) };
+            }
+            cur.off += n as u64;
+            ring.consume(1);
+            consumed = true;
+            if h.flags & SEG_LAST != 0 {
+                let c = st.cur_recv.take().expect("set above");
+                let mut wc = Wc {
+                    wr_id: c.wqe.wr_id,
+                    status: c.status,
+                    opcode: IBV_WC_RECV,
+                    byte_len: h.msg_len,
+                    qp_num: self.qpn,
+                    src_qp: st.attr.dest_qp_num,
+                    solicited: h._reserved[0] != 0,
+                    ..Wc::default()
+                };
+                if h.flags & SEG_IMM != 0 {
+                    wc.imm = h.imm;
+                    wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
+                }
+                self.recv_cq.push(wc);
+                if c.status != IBV_WC_SUCCESS {
+                    self.to_error(st);
+                    break;
+                }
+            }
+        }
+        if consumed {
+            link.notify_peer();
+        }
+        consumed
+    }
+
+    /// The peer's QP is gone: requests it never took fail as a real RC QP would after retries.
+    fn fail_unreachable(&self, st: &mut QpState) {
+        if st.state == IBV_QPS_ERR {
+            return;
+        }
+        let first = st.inflight.front().map(|f| f.wr_id).or_else(|| st.sq.front().map(|w| w.wr_id));
+        if let Some(wr_id) = first {
+            if let Some(f) = st.inflight.front() {
+                if f.wr_id == wr_id {
+                    st.inflight.pop_front();
+                }
+            } else {
+                st.sq.pop_front();
+            }
+            st.pushed = 0;
+            self.error_completion(
+                st,
+                &self.send_cq.clone(),
+                wr_id,
+                IBV_WC_RETRY_EXC_ERR,
+                IBV_WC_SEND,
+            );
+        }
+    }
+
+    /// One pass of the data path for this QP. Callable from any thread.
+    pub fn progress_now(&self) -> bool {
+        let mut st = lock(&self.st);
+        let mut did = self.consume(&mut st);
+        did |= self.reap_acks(&mut st);
+        let wrote = self.push_sends(&mut st);
+        if wrote {
+            if let Some(l) = &st.link {
+                l.notify_peer();
+            }
+        }
+        did |= wrote;
+        let peer_closed = st.link.as_ref().is_some_and(|l| l.inn.is_closed());
+        if (st.peer_gone || peer_closed) && st.state == IBV_QPS_RTS {
+            // Messages still in the ring were consumed above; what remains cannot be delivered.
+            let acked_all = st
+                .link
+                .as_ref()
+                .is_some_and(|l| st.inflight.back().is_none_or(|f| l.out.tail() >= f.end_seq));
+            if !(st.sq.is_empty() && (st.inflight.is_empty() || acked_all)) {
+                self.fail_unreachable(&mut st);
+                did = true;
+            }
+        }
+        did
+    }
+}
+
+impl Pollable for Qp {
+    fn progress(&self) -> bool {
+        self.progress_now()
+    }
+}
+
+fn on_listener_readable(lfd: i32) {
+    while let Ok(Some(conn)) = crate::provider::soft::unix::accept(lfd) {
+        let Ok((h, fds)) = link::read_hello(&conn) else { continue };
+        let qp = BY_QPN
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&h.to_qpn)
+            .and_then(|w| w.upgrade());
+        if let Some(qp) = qp {
+            qp.on_hello(conn, h, fds);
+        }
+    }
+}
+
+/// Copies `n` bytes of a send's payload, starting at message offset `off`, to `dst`.
+///
+/// # Safety
+/// `dst` is valid for `n` bytes; SGE ranges were checked against registered regions.
+unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
+    match p {
+        Payload::Inline(v) => {
+            // SAFETY: off + n <= v.len() (the message length); dst valid per contract.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(off as usize), dst, n) }
+        }
+        Payload::Sges(sgl) => {
+            let mut skip = off;
+            let mut done = 0usize;
+            for s in sgl.as_slice() {
+                if done == n {
+                    break;
+                }
+                let l = s.length as u64;
+                if skip >= l {
+                    skip -= l;
+                    continue;
+                }
+                let take = ((l - skip) as usize).min(n - done);
+                // SAFETY: [s.addr, s.addr+l) is a checked registered region; dst has n bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping((s.addr + skip) as *const u8, dst.add(done), take)
+                };
+                done += take;
+                skip = 0;
+            }
+        }
+    }
+}
+
+/// Copies `n` bytes from `src` into a receive's buffers at message offset `off`.
+///
+/// # Safety
+/// `src` is valid for `n` bytes; the SGEs were checked for local write within their regions.
+unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
+    let mut skip = off;
+    let mut done = 0usize;
+    for s in sgl.as_slice() {
+        if done == n {
+            break;
+        }
+        let l = s.length as u64;
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let take = ((l - skip) as usize).min(n - done);
+        // SAFETY: per the function's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(done), (s.addr + skip) as *mut u8, take) };
+        done += take;
+        skip = 0;
+    }
+}
+
+/// For callers that hold an `ibv_qp` pointer: the QP's context must be ours.
+pub fn lookup(p: *const ibv_qp) -> Result<Arc<Qp>> {
+    objects().qps.get(p)
+}

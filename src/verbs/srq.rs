@@ -1,0 +1,90 @@
+//! Shared receive queues.
+
+use super::objects;
+use super::pd::Pd;
+use super::qp::RecvWqe;
+use crate::errno::{Errno, Result};
+use crate::handle::CBox;
+use crate::sys::*;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+pub struct Srq {
+    pub raw: CBox<ibv_srq>,
+    pub pd: Arc<Pd>,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub limit: Mutex<u32>,
+    pub queue: Mutex<VecDeque<RecvWqe>>,
+}
+
+impl Srq {
+    pub fn create(
+        pd: Arc<Pd>,
+        ctx: *mut libc::c_void,
+        attr: &mut ibv_srq_attr,
+    ) -> Result<*mut ibv_srq> {
+        if attr.max_wr == 0
+            || attr.max_wr > super::device::MAX_QP_WR
+            || attr.max_sge > super::device::MAX_SGE
+        {
+            return Err(Errno::EINVAL);
+        }
+        if attr.max_sge == 0 {
+            attr.max_sge = 1;
+        }
+        let raw: CBox<ibv_srq> = CBox::zeroed();
+        // SAFETY: not yet published.
+        let r = unsafe { raw.get_mut() };
+        r.context = pd.ctx.ptr();
+        r.srq_context = ctx;
+        r.pd = pd.raw.as_ptr();
+        r.handle = raw.addr() as u32;
+        let p = raw.as_ptr();
+        objects().srqs.insert(
+            p as usize,
+            Arc::new(Srq {
+                raw,
+                pd,
+                max_wr: attr.max_wr,
+                max_sge: attr.max_sge,
+                limit: Mutex::new(attr.srq_limit),
+                queue: Mutex::new(VecDeque::new()),
+            }),
+        );
+        Ok(p)
+    }
+
+    pub fn destroy(p: *mut ibv_srq) -> Result<()> {
+        let srq = objects().srqs.get(p)?;
+        if objects()
+            .qps
+            .values()
+            .iter()
+            .any(|q| q.srq.as_ref().is_some_and(|s| Arc::ptr_eq(s, &srq)))
+        {
+            return Err(Errno::EBUSY);
+        }
+        objects().srqs.remove(p);
+        Ok(())
+    }
+
+    /// Posts receives: `Err((index, errno))` names the first refused request.
+    pub fn post(&self, wqes: Vec<RecvWqe>) -> std::result::Result<(), (usize, Errno)> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, w) in wqes.into_iter().enumerate() {
+            if w.sges.len() > self.max_sge as usize {
+                return Err((i, Errno::EINVAL));
+            }
+            if q.len() >= self.max_wr as usize {
+                return Err((i, Errno::ENOMEM));
+            }
+            q.push_back(w);
+        }
+        Ok(())
+    }
+
+    pub fn pop(&self) -> Option<RecvWqe> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+    }
+}
