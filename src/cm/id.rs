@@ -56,7 +56,7 @@ struct IdState {
     local: Option<SocketAddr>,
     remote: Option<SocketAddr>,
     /// The socket that holds our rendezvous name (listening or active side).
-    bound: Option<OwnedFd>,
+    bound: Option<Arc<OwnedFd>>,
     /// The CM connection of a connecting or connected id.
     conn: Option<Arc<OwnedFd>>,
     /// Events handed to the application (or queued) and not yet acknowledged.
@@ -74,6 +74,8 @@ struct IdState {
     owned_channels: Vec<usize>,
     path: Option<Box<ibv_sa_path_rec>>,
     afonly: bool,
+    /// `rdma_destroy_id` started: events for this id are discarded, as the kernel does.
+    destroyed: bool,
 }
 
 pub struct CmId {
@@ -283,6 +285,7 @@ impl CmId {
                 owned_channels: Vec::new(),
                 path: None,
                 afonly: false,
+                destroyed: false,
             }),
             acked: Condvar::new(),
             me: me.clone(),
@@ -318,6 +321,23 @@ impl CmId {
 
     /// Queues an event of this id (or, with `new_id`, a CONNECT_REQUEST for a new id).
     fn post_event(&self, kind: u32, status: i32, p: EventParams<'_>, new_id: Option<Arc<CmId>>) {
+        let mut st = lock(&self.st);
+        self.post_event_locked(&mut st, kind, status, p, new_id);
+    }
+
+    /// Queues an event while the caller holds the state lock, so that a state change and its
+    /// event are seen together, and a destroyed id gets no more events.
+    fn post_event_locked(
+        &self,
+        st: &mut IdState,
+        kind: u32,
+        status: i32,
+        p: EventParams<'_>,
+        new_id: Option<Arc<CmId>>,
+    ) {
+        if st.destroyed {
+            return;
+        }
         let ev: CBox<rdma_cm_event> = CBox::zeroed();
         let mut private = Box::new([0u8; EVENT_PRIVATE]);
         let n = p.private.len().min(EVENT_PRIVATE);
@@ -345,7 +365,7 @@ impl CmId {
             srq: p.srq,
             qp_num: p.qp_num,
         };
-        lock(&self.st).outstanding += 1;
+        st.outstanding += 1;
         self.channel().post(Event { ev, private, owner: self.arc(), new_id });
     }
 
@@ -419,7 +439,7 @@ impl CmId {
             (unix::bind(&rendezvous(self.ps, addr.ip(), addr.port()))?, addr.port())
         };
         let local = SocketAddr::new(addr.ip(), port);
-        st.bound = Some(fd);
+        st.bound = Some(Arc::new(fd));
         st.local = Some(local);
         st.state = State::Bound;
         // SAFETY: under the state lock (held by the caller).
@@ -545,15 +565,17 @@ impl CmId {
         }
         let fd = st.bound.as_ref().ok_or(Errno::EINVAL)?;
         unix::listen_bound(fd, backlog.max(16))?;
-        let lfd = fd.as_raw_fd();
+        let fd = fd.clone();
         st.state = State::Listen;
         drop(st);
         let me = self.me.clone();
+        let lfd = fd.as_raw_fd();
+        // The handler owns a reference to the socket: its descriptor stays valid while it runs.
         engine()?.watch(
             lfd,
             Arc::new(move |_| {
                 if let Some(l) = me.upgrade() {
-                    l.accept_pending(lfd);
+                    l.accept_pending(fd.as_raw_fd());
                 }
             }),
         )
@@ -635,6 +657,8 @@ impl CmId {
         engine()?.watch(
             fd,
             Arc::new(move |_| {
+                // Holding the Arc keeps the descriptor open (and its number ours) while we run.
+                let fd = conn.as_raw_fd();
                 let Some(id) = me.upgrade() else { return };
                 let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
                 loop {
@@ -940,15 +964,18 @@ impl CmId {
     }
 
     fn report_disconnect(&self) {
-        let first = {
-            let mut st = lock(&self.st);
-            let first = !st.disconnect_reported;
-            st.disconnect_reported = true;
-            st.state = State::Disconnected;
-            first
-        };
+        let mut st = lock(&self.st);
+        let first = !st.disconnect_reported;
+        st.disconnect_reported = true;
+        st.state = State::Disconnected;
         if first {
-            self.post_event(RDMA_CM_EVENT_DISCONNECTED, 0, EventParams::default(), None);
+            self.post_event_locked(
+                &mut st,
+                RDMA_CM_EVENT_DISCONNECTED,
+                0,
+                EventParams::default(),
+                None,
+            );
         }
     }
 
@@ -1112,9 +1139,10 @@ impl CmId {
         IDS.remove(self.ptr()).ok_or(Errno::EINVAL)?;
         self.ack_held_event();
         let ch = self.channel();
-        let dropped = ch.drop_events_of(self);
         let (bound, conn) = {
             let mut st = lock(&self.st);
+            st.destroyed = true;
+            let dropped = ch.drop_events_of(self);
             st.outstanding = st.outstanding.saturating_sub(dropped as u32);
             (st.bound.take(), st.conn.take())
         };

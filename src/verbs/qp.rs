@@ -254,8 +254,17 @@ impl Qp {
         });
         let w = Arc::downgrade(&qp);
         let eng = engine()?;
-        let lfd = qp.listener.as_raw_fd();
-        eng.watch(lfd, Arc::new(move |_| on_listener_readable(lfd)))?;
+        let lw = w.clone();
+        // The handler reaches the socket through the QP, so a destroyed QP's descriptor number
+        // (possibly reused) is never touched.
+        eng.watch(
+            qp.listener.as_raw_fd(),
+            Arc::new(move |_| {
+                if let Some(q) = lw.upgrade() {
+                    on_listener_readable(q.listener.as_raw_fd());
+                }
+            }),
+        )?;
         BY_QPN.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, w.clone());
         send_cq.attach(w.clone());
         recv_cq.attach(w.clone());

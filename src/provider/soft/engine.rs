@@ -183,6 +183,7 @@ impl Engine {
                 1
             } else {
                 self.bell.word().waiting.store(1, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
                 if self.poll_all() {
                     self.bell.word().waiting.store(0, Ordering::SeqCst);
                     0

@@ -124,8 +124,10 @@ impl Link {
                 }
                 let efd = fds.pop().ok_or(Errno::EINVAL)?;
                 let bshm = fds.pop().ok_or(Errno::EINVAL)?;
-                *self.peer_bell.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(Bell::from_fds(bshm, efd)?);
+                let bell = Bell::from_fds(bshm, efd)?;
+                // Anything we published before knowing the peer's doorbell must still wake it.
+                bell.ring();
+                *self.peer_bell.lock().unwrap_or_else(|e| e.into_inner()) = Some(bell);
                 Ok(true)
             }
         }
