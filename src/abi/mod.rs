@@ -39,15 +39,45 @@ impl Convention for MinusOne {
     }
 }
 
-/// A non-negative value on success, −1 with errno on failure.
+/// Integer return types and their −1 (`(size_t)-1` for `size_t`).
+pub trait MinusOneValue {
+    const MINUS_ONE: Self;
+}
+impl MinusOneValue for i32 {
+    const MINUS_ONE: i32 = -1;
+}
+impl MinusOneValue for i64 {
+    const MINUS_ONE: i64 = -1;
+}
+impl MinusOneValue for isize {
+    const MINUS_ONE: isize = -1;
+}
+impl MinusOneValue for usize {
+    const MINUS_ONE: usize = usize::MAX;
+}
+
+/// A value on success, −1 (as the return type spells it) with errno on failure.
 pub struct Value<T>(std::marker::PhantomData<T>);
-impl<T: From<i8>> Convention for Value<T> {
+impl<T: MinusOneValue> Convention for Value<T> {
     type Ok = T;
     type C = T;
     fn to_c(r: Result<T>) -> T {
         r.unwrap_or_else(|e| {
             e.set();
-            T::from(-1)
+            T::MINUS_ONE
+        })
+    }
+}
+
+/// A non-negative count on success, the negated errno on failure (errno is set too).
+pub struct NegativeErrno;
+impl Convention for NegativeErrno {
+    type Ok = isize;
+    type C = isize;
+    fn to_c(r: Result<isize>) -> isize {
+        r.unwrap_or_else(|e| {
+            e.set();
+            -(e.0 as isize)
         })
     }
 }

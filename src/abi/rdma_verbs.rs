@@ -144,13 +144,18 @@ fn sge(addr: *mut c_void, length: usize, lkey: u32) -> ibv_sge {
     ibv_sge { addr: addr as usize as u64, length: length as u32, lkey }
 }
 
-/// The lkey of an optional MR: `mr ? mr->lkey : 0`.
-///
-/// # Safety
-/// `mr` is NULL or valid for reads.
-unsafe fn lkey_or_zero(mr: *mut ibv_mr) -> u32 {
-    // SAFETY: per the function's contract.
-    unsafe { mr.as_ref() }.map_or(0, |mr| mr.lkey)
+/// A live MR of ours, or `None` for NULL; `EINVAL` for a destroyed or foreign one (rdma-core
+/// would read its lkey from freed memory).
+fn live_mr(mr: *mut ibv_mr) -> Result<Option<std::sync::Arc<crate::verbs::mr::Mr>>> {
+    if mr.is_null() {
+        return Ok(None);
+    }
+    crate::verbs::objects().mrs.get(mr).map(Some)
+}
+
+/// The lkey of an optional MR: `mr ? mr->lkey : 0`, `EINVAL` if `mr` is not live.
+fn lkey_or_zero(mr: *mut ibv_mr) -> Result<u32> {
+    Ok(live_mr(mr)?.map_or(0, |m| m.key))
 }
 
 /// Registers a buffer for sends and receives with the id's PD; NULL and errno on failure.
@@ -337,16 +342,15 @@ pub unsafe extern "C" fn rdma_post_recv(
     mr: *mut ibv_mr,
 ) -> c_int {
     call::<MinusOne>(|| {
-        // SAFETY: per the function's contract `mr` is NULL or readable.
-        let mr = unsafe { mr.as_ref() }.ok_or(Errno::EINVAL)?;
+        let mr = live_mr(mr)?.ok_or(Errno::EINVAL)?;
         let (start, end) = (addr as usize, (addr as usize).checked_add(length));
-        let mr_start = mr.addr as usize;
-        let mr_end = mr_start.checked_add(mr.length);
+        let mr_start = mr.addr;
+        let mr_end = mr_start.checked_add(mr.len);
         match (end, mr_end) {
             (Some(end), Some(mr_end)) if start >= mr_start && end <= mr_end => {}
             _ => return Err(Errno::EINVAL),
         }
-        let mut sge = sge(addr, length, mr.lkey);
+        let mut sge = sge(addr, length, mr.key);
         // SAFETY: post_recv_wr checks `id`; `sge` is one element on our stack.
         unsafe { post_recv_wr(id, context, &mut sge, 1) }
     })
@@ -368,8 +372,7 @@ pub unsafe extern "C" fn rdma_post_send(
     flags: c_int,
 ) -> c_int {
     call::<MinusOne>(|| {
-        // SAFETY: per the function's contract `mr` is NULL or readable.
-        let mut sge = sge(addr, length, unsafe { lkey_or_zero(mr) });
+        let mut sge = sge(addr, length, lkey_or_zero(mr)?);
         let op = ibv_wr_opcode::IBV_WR_SEND;
         // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
         unsafe { post_send_wr(id, context, &mut sge, 1, op, flags, |_| {}) }
@@ -394,9 +397,8 @@ pub unsafe extern "C" fn rdma_post_read(
     rkey: u32,
 ) -> c_int {
     call::<MinusOne>(|| {
-        // SAFETY: per the function's contract `mr` is NULL or readable.
-        let mr = unsafe { mr.as_ref() }.ok_or(Errno::EINVAL)?;
-        let mut sge = sge(addr, length, mr.lkey);
+        let mr = live_mr(mr)?.ok_or(Errno::EINVAL)?;
+        let mut sge = sge(addr, length, mr.key);
         let op = ibv_wr_opcode::IBV_WR_RDMA_READ;
         // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
         unsafe {
@@ -426,8 +428,7 @@ pub unsafe extern "C" fn rdma_post_write(
     rkey: u32,
 ) -> c_int {
     call::<MinusOne>(|| {
-        // SAFETY: per the function's contract `mr` is NULL or readable.
-        let mut sge = sge(addr, length, unsafe { lkey_or_zero(mr) });
+        let mut sge = sge(addr, length, lkey_or_zero(mr)?);
         let op = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
         // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
         unsafe {
@@ -457,8 +458,7 @@ pub unsafe extern "C" fn rdma_post_ud_send(
     remote_qpn: u32,
 ) -> c_int {
     call::<MinusOne>(|| {
-        // SAFETY: per the function's contract `mr` is NULL or readable.
-        let mut sge = sge(addr, length, unsafe { lkey_or_zero(mr) });
+        let mut sge = sge(addr, length, lkey_or_zero(mr)?);
         let op = ibv_wr_opcode::IBV_WR_SEND;
         // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
         unsafe {

@@ -1,8 +1,8 @@
 //! The rsocket entry points of librdmacm (`rdma/rsocket.h`, node RDMACM_1.0).
 //!
 //! rsockets are not implemented yet (a future issue): every call that takes or makes an
-//! rsocket fails cleanly with `ENOSYS` in its own convention (−1 with errno, or 0 with errno
-//! for `riowrite`, whose `size_t` result has no error value). They exist because programs
+//! rsocket fails cleanly with `ENOSYS` in its own convention (−1 with errno; `(size_t)-1` with
+//! errno for `riowrite`, as rdma-core). They exist because programs
 //! link against them: every rdma-core example imports `rpoll`, since their shared
 //! `examples/common.c` references it, so a missing symbol would stop even the non-rsocket
 //! programs from loading.
@@ -11,7 +11,7 @@
 //! and treat them as `poll`/`select` would, and as there are no rsockets yet every fd is an
 //! ordinary one, so they are exactly `poll` and `select`.
 
-use crate::abi::{Infallible, Value};
+use crate::abi::Value;
 use crate::errno::{check, Errno};
 use crate::{entry, unimplemented_entry};
 use libc::{
@@ -89,16 +89,14 @@ unimplemented_entry! { Errno::ENOSYS =>
         offset: off_t,
     ) -> Value<off_t>;
     fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> Value<c_int>;
-    // `size_t` has no error value: this gives 0 (nothing written) with errno set. rdma-core's
-    // riowrite returns `(size_t)-1` when it fails before writing anything; callers compare the
-    // result with `count`, so either value reads as a failure.
+    // Fails with `(size_t)-1` and errno, as rdma-core's riowrite does before writing anything.
     fn riowrite(
         socket: c_int,
         buf: *const c_void,
         count: size_t,
         offset: off_t,
         flags: c_int,
-    ) -> Infallible<size_t>;
+    ) -> Value<size_t>;
 }
 
 entry! {
@@ -144,7 +142,7 @@ mod tests {
             assert_eq!(rfcntl(3, libc::F_GETFL, 0), -1);
             assert_eq!(errno(), libc::ENOSYS);
             Errno(0).set();
-            assert_eq!(riowrite(3, std::ptr::null(), 1, 0, 0), 0);
+            assert_eq!(riowrite(3, std::ptr::null(), 1, 0, 0), usize::MAX);
             assert_eq!(errno(), libc::ENOSYS);
         }
     }

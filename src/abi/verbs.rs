@@ -2,7 +2,9 @@
 //! `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and `ibv_req_notify_cq`,
 //! which are also what we put in every context's ops table.
 
-use crate::abi::{arg, out, Infallible, MinusOne, Nothing, NullOr, PositiveErrno, Value};
+use crate::abi::{
+    arg, out, Infallible, MinusOne, NegativeErrno, Nothing, NullOr, PositiveErrno, Value,
+};
 use crate::errno::{Errno, Result};
 use crate::sys::*;
 use crate::verbs::ah::Ah;
@@ -11,7 +13,8 @@ use crate::verbs::device::{self, Context};
 use crate::verbs::mr::Mr;
 use crate::verbs::objects;
 use crate::verbs::pd::Pd;
-use crate::verbs::qp::{Payload, Qp, RecvWqe, SendWqe, Sgl};
+use crate::verbs::qp::{Qp, RecvWqe, Sgl};
+use crate::verbs::rc::{Payload, SendWqe};
 use crate::verbs::srq::Srq;
 use crate::{entry, unimplemented_entry};
 use libc::{c_char, c_int, c_uint, c_void};
@@ -77,18 +80,39 @@ unsafe fn read_sgl(sg: *const ibv_sge, n: c_int) -> Result<Sgl> {
 /// `wr` is a valid work request; its SGE array and, for inline sends, the buffers are readable.
 unsafe fn read_send_wr(wr: &ibv_send_wr) -> Result<(SendWqe, usize)> {
     use ibv_wr_opcode::*;
-    let imm = match wr.opcode {
-        IBV_WR_SEND => None,
-        // SAFETY: for *_WITH_IMM opcodes the union holds imm_data.
-        IBV_WR_SEND_WITH_IMM => Some(unsafe { wr.imm_data_invalidated_rkey_union.imm_data }),
-        // RDMA READ/WRITE and atomics are owned by issue 5: refused, not crashed on.
+    // SAFETY: for the *_WITH_IMM opcodes the union holds imm_data (read only for them).
+    let imm_data = unsafe { wr.imm_data_invalidated_rkey_union.imm_data };
+    let (imm, remote_addr, rkey, compare_add, swap) = match wr.opcode {
+        IBV_WR_SEND => (None, 0, 0, 0, 0),
+        IBV_WR_SEND_WITH_IMM => (Some(imm_data), 0, 0, 0, 0),
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_READ | IBV_WR_RDMA_WRITE_WITH_IMM => {
+            // SAFETY: RDMA opcodes use the wr.rdma member of the union.
+            let r = unsafe { wr.wr.rdma };
+            let imm = (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM).then_some(imm_data);
+            (imm, r.remote_addr, r.rkey, 0, 0)
+        }
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            // SAFETY: atomic opcodes use the wr.atomic member of the union.
+            let a = unsafe { wr.wr.atomic };
+            (None, a.remote_addr, a.rkey, a.compare_add, a.swap)
+        }
+        // Memory windows, invalidation, TSO and the rest are not supported by this provider.
         _ => return Err(Errno::EINVAL),
     };
     let flags = wr.send_flags;
     // SAFETY: per the function's contract.
     let sgl = unsafe { read_sgl(wr.sg_list, wr.num_sge) }?;
     let len: u64 = sgl.as_slice().iter().map(|s| s.length as u64).sum();
-    let payload = if flags & ibv_send_flags::IBV_SEND_INLINE.0 != 0 {
+    let atomic = matches!(wr.opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD);
+    if atomic && (wr.num_sge != 1 || len != 8) {
+        return Err(Errno::EINVAL);
+    }
+    let inline = flags & ibv_send_flags::IBV_SEND_INLINE.0 != 0
+        && matches!(
+            wr.opcode,
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+        );
+    let payload = if inline {
         let mut v = Vec::with_capacity(len as usize);
         for s in sgl.as_slice() {
             if s.length > 0 && s.addr == 0 {
@@ -113,6 +137,10 @@ unsafe fn read_send_wr(wr: &ibv_send_wr) -> Result<(SendWqe, usize)> {
             imm,
             payload,
             len,
+            remote_addr,
+            rkey,
+            compare_add,
+            swap,
         },
         n,
     ))
@@ -236,7 +264,7 @@ entry! {
         Ok(())
     }
 
-    fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, size: usize) -> Value<isize> {
+    fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, size: usize) -> NegativeErrno {
         ctx(context)?;
         if flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() || (entries.is_null() && max_entries > 0) {
             return Err(Errno::EINVAL);
@@ -573,7 +601,7 @@ entry! {
         Ok(0)
     }
 
-    fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: c_uint, flags: u32) -> Value<c_int> {
+    fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: c_uint, flags: u32) -> Infallible<c_int> {
         objects().qps.get(qp)?;
         let _ = (op, flags);
         Ok(0)

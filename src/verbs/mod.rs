@@ -7,6 +7,7 @@ pub mod device;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod rc;
 pub mod srq;
 
 use crate::handle::Registry;

@@ -4,15 +4,14 @@
 
 use super::cq::{Cq, Wc};
 use super::device::{self, Context};
-use super::mr::{self, AccessError};
 use super::objects;
 use super::pd::Pd;
+use super::rc::{InMsg, Inflight, RespJob, SendWqe};
 use super::srq::Srq;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::soft::engine::{engine, Pollable};
 use crate::provider::soft::link::{self, Hello, Link};
-use crate::provider::soft::ring::{SegHdr, SEG_DATA, SEG_FIRST, SEG_IMM, SEG_LAST};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::{HashMap, VecDeque};
@@ -53,7 +52,7 @@ impl Sgl {
         self.as_slice().is_empty()
     }
 
-    fn total(&self) -> u64 {
+    pub(super) fn total(&self) -> u64 {
         self.as_slice().iter().map(|s| s.length as u64).sum()
     }
 }
@@ -65,52 +64,22 @@ pub struct RecvWqe {
     pub sges: Sgl,
 }
 
-/// What a send carries.
-pub enum Payload {
-    /// Registered memory, read when the request executes.
-    Sges(Sgl),
-    /// Copied at post time (`IBV_SEND_INLINE`).
-    Inline(Vec<u8>),
-}
-
-/// A posted send.
-pub struct SendWqe {
-    pub wr_id: u64,
-    pub opcode: u32,
-    pub signaled: bool,
-    pub solicited: bool,
-    pub imm: Option<u32>,
-    pub payload: Payload,
-    pub len: u64,
-}
-
-struct Inflight {
-    wr_id: u64,
-    signaled: bool,
-    len: u32,
-    end_seq: u64,
-}
-
-struct CurRecv {
-    wqe: RecvWqe,
-    off: u64,
-    status: u32,
-}
-
-struct QpState {
-    state: u32,
-    attr: ibv_qp_attr,
-    sq: VecDeque<SendWqe>,
+/// The mutable state of a QP, under its lock (the data path in `rc.rs` works on it too).
+pub struct QpState {
+    pub(super) state: u32,
+    pub(super) attr: ibv_qp_attr,
+    pub(super) sq: VecDeque<SendWqe>,
     /// Bytes of the front send already written to the ring.
-    pushed: u64,
-    inflight: VecDeque<Inflight>,
-    rq: VecDeque<RecvWqe>,
-    cur_recv: Option<CurRecv>,
-    link: Option<Arc<Link>>,
+    pub(super) pushed: u64,
+    pub(super) inflight: VecDeque<Inflight>,
+    pub(super) rq: VecDeque<RecvWqe>,
+    pub(super) cur_in: Option<InMsg>,
+    pub(super) responses: VecDeque<RespJob>,
+    pub(super) link: Option<Arc<Link>>,
     /// The peer connected before we reached RTR: its handshake waits here.
     pending_hello: Option<(OwnedFd, Hello, Vec<OwnedFd>)>,
     /// The peer's QP is gone (or could not be reached).
-    peer_gone: bool,
+    pub(super) peer_gone: bool,
 }
 
 pub struct Qp {
@@ -245,7 +214,8 @@ impl Qp {
                 pushed: 0,
                 inflight: VecDeque::new(),
                 rq: VecDeque::new(),
-                cur_recv: None,
+                cur_in: None,
+                responses: VecDeque::new(),
                 link: None,
                 pending_hello: None,
                 peer_gone: false,
@@ -378,7 +348,8 @@ impl Qp {
                 st.sq.clear();
                 st.inflight.clear();
                 st.rq.clear();
-                st.cur_recv = None;
+                st.cur_in = None;
+                st.responses.clear();
                 st.link = None;
                 st.pending_hello = None;
                 st.peer_gone = false;
@@ -475,7 +446,7 @@ impl Qp {
     }
 
     /// Moves to ERR: every outstanding request completes with `IBV_WC_WR_FLUSH_ERR`.
-    fn to_error(&self, st: &mut QpState) {
+    pub(super) fn to_error(&self, st: &mut QpState) {
         self.set_state(st, IBV_QPS_ERR);
         if let Some(l) = &st.link {
             l.out.close();
@@ -491,21 +462,29 @@ impl Qp {
             })
         };
         for f in st.inflight.drain(..) {
-            flush(f.wr_id, &self.send_cq, IBV_WC_SEND);
+            flush(f.wr_id, &self.send_cq, f.wc_opcode);
         }
         for w in st.sq.drain(..) {
-            flush(w.wr_id, &self.send_cq, IBV_WC_SEND);
+            flush(w.wr_id, &self.send_cq, w.wc_opcode());
         }
         st.pushed = 0;
-        if let Some(c) = st.cur_recv.take() {
-            flush(c.wqe.wr_id, &self.recv_cq, IBV_WC_RECV);
+        st.responses.clear();
+        if let Some(InMsg::Recv { wqe, .. }) = st.cur_in.take() {
+            flush(wqe.wr_id, &self.recv_cq, IBV_WC_RECV);
         }
         for w in st.rq.drain(..) {
             flush(w.wr_id, &self.recv_cq, IBV_WC_RECV);
         }
     }
 
-    fn error_completion(&self, st: &mut QpState, cq: &Cq, wr_id: u64, status: u32, opcode: u32) {
+    pub(super) fn error_completion(
+        &self,
+        st: &mut QpState,
+        cq: &Cq,
+        wr_id: u64,
+        status: u32,
+        opcode: u32,
+    ) {
         cq.push(Wc { wr_id, status, opcode, qp_num: self.qpn, ..Wc::default() });
         self.to_error(st);
     }
@@ -520,7 +499,7 @@ impl Qp {
                 self.send_cq.push(Wc {
                     wr_id: w.wr_id,
                     status: IBV_WC_WR_FLUSH_ERR,
-                    opcode: IBV_WC_SEND,
+                    opcode: w.wc_opcode(),
                     qp_num: self.qpn,
                     ..Wc::default()
                 });
@@ -555,7 +534,7 @@ impl Qp {
         if w.sges.len() > self.cap.max_recv_sge as usize {
             return Err(Errno::EINVAL);
         }
-        if st.rq.len() + st.cur_recv.is_some() as usize >= self.cap.max_recv_wr as usize {
+        if st.rq.len() >= self.cap.max_recv_wr as usize {
             return Err(Errno::ENOMEM);
         }
         if st.state == IBV_QPS_ERR {
@@ -572,239 +551,8 @@ impl Qp {
         Ok(())
     }
 
-    /// Writes queued sends into the ring while it has room; true if anything was written.
-    fn push_sends(&self, st: &mut QpState) -> bool {
-        let Some(link) = st.link.clone() else { return false };
-        if st.state != IBV_QPS_RTS {
-            return false;
-        }
-        let ring = link.out;
-        let mut wrote = false;
-        while let Some(w) = st.sq.front() {
-            if st.pushed == 0 {
-                if let Payload::Sges(sgl) = &w.payload {
-                    if let Err(e) = self.check_local(sgl, 0) {
-                        let wr_id = w.wr_id;
-                        st.sq.pop_front();
-                        let status = match e {
-                            AccessError::Protection | AccessError::Access => IBV_WC_LOC_PROT_ERR,
-                        };
-                        self.error_completion(
-                            st,
-                            &self.send_cq.clone(),
-                            wr_id,
-                            status,
-                            IBV_WC_SEND,
-                        );
-                        return wrote;
-                    }
-                }
-            }
-            let len = w.len;
-            loop {
-                if ring.free() == 0 {
-                    return wrote;
-                }
-                let off = st.pushed;
-                let n = (len - off).min(SEG_DATA as u64);
-                let seq = ring.head();
-                let (hdr, data) = ring.slot(seq);
-                let mut flags = 0;
-                if off == 0 {
-                    flags |= SEG_FIRST;
-                }
-                if off + n == len {
-                    flags |= SEG_LAST;
-                }
-                if w.imm.is_some() {
-                    flags |= SEG_IMM;
-                }
-                let h = SegHdr {
-                    msg_len: len as u32,
-                    seg_len: n as u32,
-                    flags,
-                    opcode: w.opcode,
-                    imm: w.imm.unwrap_or(0),
-                    _reserved: [w.solicited as u32, 0, 0],
-                };
-                // SAFETY: hdr and data point into the producer's own free slot (ring protocol);
-                // SEG_DATA bytes are available after the header.
-                unsafe {
-                    hdr.write_volatile(h);
-                    copy_out(&w.payload, off, data, n as usize);
-                }
-                ring.publish(1);
-                wrote = true;
-                st.pushed = off + n;
-                if st.pushed == len {
-                    break;
-                }
-            }
-            let w = st.sq.pop_front().expect("front exists");
-            st.pushed = 0;
-            st.inflight.push_back(Inflight {
-                wr_id: w.wr_id,
-                signaled: w.signaled || self.sq_sig_all,
-                len: w.len as u32,
-                end_seq: ring.head(),
-            });
-        }
-        wrote
-    }
-
-    /// Checks that every entry lies in a region of our PD with `need` rights.
-    fn check_local(&self, sgl: &Sgl, need: u32) -> std::result::Result<(), AccessError> {
-        for s in sgl.as_slice() {
-            if s.length == 0 {
-                continue;
-            }
-            mr::lookup(s.lkey, &self.pd, s.addr, s.length as usize, need)?;
-        }
-        Ok(())
-    }
-
-    /// Completes sends whose messages the peer has consumed.
-    fn reap_acks(&self, st: &mut QpState) -> bool {
-        let Some(link) = st.link.clone() else { return false };
-        let tail = link.out.tail();
-        let mut did = false;
-        while st.inflight.front().is_some_and(|f| f.end_seq <= tail) {
-            let f = st.inflight.pop_front().expect("front exists");
-            did = true;
-            if f.signaled {
-                self.send_cq.push(Wc {
-                    wr_id: f.wr_id,
-                    status: IBV_WC_SUCCESS,
-                    opcode: IBV_WC_SEND,
-                    byte_len: f.len,
-                    qp_num: self.qpn,
-                    ..Wc::default()
-                });
-            }
-        }
-        did
-    }
-
-    fn next_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
-        match &self.srq {
-            Some(s) => s.pop(),
-            None => st.rq.pop_front(),
-        }
-    }
-
-    /// Scatters received segments into posted receives.
-    fn consume(&self, st: &mut QpState) -> bool {
-        let Some(link) = st.link.clone() else { return false };
-        if !matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS) {
-            return false;
-        }
-        let ring = link.inn;
-        let mut consumed = false;
-        while ring.available() > 0 {
-            let seq = ring.tail();
-            let (hp, data) = ring.slot(seq);
-            // SAFETY: the slot is published (available > 0) and owned by us until consume().
-            let h = unsafe { hp.read_volatile() };
-            if st.cur_recv.is_none() {
-                let Some(wqe) = self.next_recv(st) else { break };
-                let status = if (h.msg_len as u64) > wqe.sges.total() {
-                    IBV_WC_LOC_LEN_ERR
-                } else if self.check_local(&wqe.sges, mr::ACCESS_LOCAL_WRITE).is_err() {
-                    IBV_WC_LOC_PROT_ERR
-                } else {
-                    IBV_WC_SUCCESS
-                };
-                st.cur_recv = Some(CurRecv { wqe, off: 0, status });
-            }
-            let cur = st.cur_recv.as_mut().expect("set above");
-            let n = (h.seg_len as usize).min(SEG_DATA);
-            if cur.status == IBV_WC_SUCCESS {
-                // SAFETY: the receive's regions were checked (local write, in bounds, total
-                // length >= message length); data holds n published bytes.
-                unsafe { copy_in(&cur.wqe.sges, cur.off, data, n) };
-            }
-            cur.off += n as u64;
-            ring.consume(1);
-            consumed = true;
-            if h.flags & SEG_LAST != 0 {
-                let c = st.cur_recv.take().expect("set above");
-                let mut wc = Wc {
-                    wr_id: c.wqe.wr_id,
-                    status: c.status,
-                    opcode: IBV_WC_RECV,
-                    byte_len: h.msg_len,
-                    qp_num: self.qpn,
-                    src_qp: st.attr.dest_qp_num,
-                    solicited: h._reserved[0] != 0,
-                    ..Wc::default()
-                };
-                if h.flags & SEG_IMM != 0 {
-                    wc.imm = h.imm;
-                    wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
-                }
-                self.recv_cq.push(wc);
-                if c.status != IBV_WC_SUCCESS {
-                    self.to_error(st);
-                    break;
-                }
-            }
-        }
-        if consumed {
-            link.notify_peer();
-        }
-        consumed
-    }
-
-    /// The peer's QP is gone: requests it never took fail as a real RC QP would after retries.
-    fn fail_unreachable(&self, st: &mut QpState) {
-        if st.state == IBV_QPS_ERR {
-            return;
-        }
-        let first = st.inflight.front().map(|f| f.wr_id).or_else(|| st.sq.front().map(|w| w.wr_id));
-        if let Some(wr_id) = first {
-            if let Some(f) = st.inflight.front() {
-                if f.wr_id == wr_id {
-                    st.inflight.pop_front();
-                }
-            } else {
-                st.sq.pop_front();
-            }
-            st.pushed = 0;
-            self.error_completion(
-                st,
-                &self.send_cq.clone(),
-                wr_id,
-                IBV_WC_RETRY_EXC_ERR,
-                IBV_WC_SEND,
-            );
-        }
-    }
-
-    /// One pass of the data path for this QP. Callable from any thread.
-    pub fn progress_now(&self) -> bool {
-        let mut st = lock(&self.st);
-        let mut did = self.consume(&mut st);
-        did |= self.reap_acks(&mut st);
-        let wrote = self.push_sends(&mut st);
-        if wrote {
-            if let Some(l) = &st.link {
-                l.notify_peer();
-            }
-        }
-        did |= wrote;
-        let peer_closed = st.link.as_ref().is_some_and(|l| l.inn.is_closed());
-        if (st.peer_gone || peer_closed) && st.state == IBV_QPS_RTS {
-            // Messages still in the ring were consumed above; what remains cannot be delivered.
-            let acked_all = st
-                .link
-                .as_ref()
-                .is_some_and(|l| st.inflight.back().is_none_or(|f| l.out.tail() >= f.end_seq));
-            if !(st.sq.is_empty() && (st.inflight.is_empty() || acked_all)) {
-                self.fail_unreachable(&mut st);
-                did = true;
-            }
-        }
-        did
+    pub(super) fn lock_state(&self) -> std::sync::MutexGuard<'_, QpState> {
+        lock(&self.st)
     }
 }
 
@@ -825,64 +573,6 @@ fn on_listener_readable(lfd: i32) {
         if let Some(qp) = qp {
             qp.on_hello(conn, h, fds);
         }
-    }
-}
-
-/// Copies `n` bytes of a send's payload, starting at message offset `off`, to `dst`.
-///
-/// # Safety
-/// `dst` is valid for `n` bytes; SGE ranges were checked against registered regions.
-unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
-    match p {
-        Payload::Inline(v) => {
-            // SAFETY: off + n <= v.len() (the message length); dst valid per contract.
-            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(off as usize), dst, n) }
-        }
-        Payload::Sges(sgl) => {
-            let mut skip = off;
-            let mut done = 0usize;
-            for s in sgl.as_slice() {
-                if done == n {
-                    break;
-                }
-                let l = s.length as u64;
-                if skip >= l {
-                    skip -= l;
-                    continue;
-                }
-                let take = ((l - skip) as usize).min(n - done);
-                // SAFETY: [s.addr, s.addr+l) is a checked registered region; dst has n bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping((s.addr + skip) as *const u8, dst.add(done), take)
-                };
-                done += take;
-                skip = 0;
-            }
-        }
-    }
-}
-
-/// Copies `n` bytes from `src` into a receive's buffers at message offset `off`.
-///
-/// # Safety
-/// `src` is valid for `n` bytes; the SGEs were checked for local write within their regions.
-unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
-    let mut skip = off;
-    let mut done = 0usize;
-    for s in sgl.as_slice() {
-        if done == n {
-            break;
-        }
-        let l = s.length as u64;
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let take = ((l - skip) as usize).min(n - done);
-        // SAFETY: per the function's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(done), (s.addr + skip) as *mut u8, take) };
-        done += take;
-        skip = 0;
     }
 }
 

@@ -17,6 +17,17 @@ pub const SEG_LAST: u32 = 2;
 /// The message carries immediate data.
 pub const SEG_IMM: u32 = 4;
 
+/// Transport opcodes of a segment.
+pub const OP_SEND: u32 = 0;
+pub const OP_WRITE: u32 = 1;
+pub const OP_READ_REQ: u32 = 2;
+pub const OP_READ_RESP: u32 = 3;
+pub const OP_CMP_SWAP: u32 = 4;
+pub const OP_FETCH_ADD: u32 = 5;
+pub const OP_ATOMIC_RESP: u32 = 6;
+/// A negative acknowledgement: the request ending at `req_seq` failed with `status`.
+pub const OP_NAK: u32 = 7;
+
 /// The header of one slot.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
@@ -26,11 +37,19 @@ pub struct SegHdr {
     /// Bytes of payload in this slot.
     pub seg_len: u32,
     pub flags: u32,
-    /// Transport opcode (SEND only, for now).
     pub opcode: u32,
     /// Immediate data, in network byte order as given by the sender.
     pub imm: u32,
-    pub _reserved: [u32; 3],
+    pub rkey: u32,
+    /// Target address of this segment's payload (one-sided operations).
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    /// Responses and NAKs: the ring sequence number just past the request they answer.
+    pub req_seq: u64,
+    /// NAKs: the work completion status for the requester.
+    pub status: u32,
+    pub solicited: u32,
 }
 
 /// Control words of one direction, each on its own cache line.
