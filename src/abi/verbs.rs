@@ -433,7 +433,7 @@ entry! {
         // SAFETY: attr and init_attr are NULL or valid for writes.
         let (a, ia) = unsafe { (out(attr)?, out(init_attr)?) };
         *a = q.query();
-        let raw = q.raw.get();
+        let raw = q.public();
         ia.qp_context = raw.qp_context;
         ia.send_cq = raw.send_cq;
         ia.recv_cq = raw.recv_cq;

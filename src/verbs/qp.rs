@@ -83,7 +83,9 @@ pub struct QpState {
 }
 
 pub struct Qp {
-    pub raw: CBox<ibv_qp>,
+    /// An `ibv_qp_ex` whose first member is the `ibv_qp` handed out, so that every QP can be
+    /// used with the extended posting API (`ibv_qp_to_qp_ex`).
+    pub raw: CBox<ibv_qp_ex>,
     pub ctx: Arc<Context>,
     pub pd: Arc<Pd>,
     pub send_cq: Arc<Cq>,
@@ -148,6 +150,16 @@ fn rc_transition(from: u32, to: u32) -> Option<(u32, u32)> {
 }
 
 impl Qp {
+    /// The `ibv_qp` handed to C (the first member of the `ibv_qp_ex`).
+    pub fn ptr(&self) -> *mut ibv_qp {
+        self.raw.as_ptr().cast()
+    }
+
+    /// The public `ibv_qp` fields.
+    pub fn public(&self) -> &ibv_qp {
+        &self.raw.get().qp_base
+    }
+
     pub fn create(pd: Arc<Pd>, attr: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp> {
         let o = objects();
         let send_cq = o.cqs.get(attr.send_cq)?;
@@ -178,9 +190,9 @@ impl Qp {
             c.max_recv_sge = c.max_recv_sge.max(1);
         }
         let (qpn, listener) = link::allocate_qpn()?;
-        let raw: CBox<ibv_qp> = CBox::zeroed();
+        let raw: CBox<ibv_qp_ex> = CBox::zeroed();
         // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let r = unsafe { &mut raw.get_mut().qp_base };
         r.context = pd.ctx.ptr();
         r.qp_context = attr.qp_context;
         r.pd = pd.raw.as_ptr();
@@ -191,7 +203,7 @@ impl Qp {
         r.qp_num = qpn;
         r.state = IBV_QPS_RESET;
         r.qp_type = attr.qp_type;
-        let p = raw.as_ptr();
+        let p: *mut ibv_qp = raw.as_ptr().cast();
         // SAFETY: all-zero is a valid ibv_qp_attr.
         let mut qattr: ibv_qp_attr = unsafe { std::mem::zeroed() };
         qattr.cap = crate::handle::pod_copy(&attr.cap);
@@ -263,7 +275,7 @@ impl Qp {
     fn set_state(&self, st: &mut QpState, s: u32) {
         st.state = s;
         // SAFETY: state changes happen under st's lock; C reads the field as a plain value.
-        unsafe { self.raw.get_mut().state = s };
+        unsafe { self.raw.get_mut().qp_base.state = s };
     }
 
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
