@@ -100,17 +100,7 @@ fn create_qp(id: &Arc<CmId>, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
         cleanup(&made_cqs, &made_channels);
         return Err(e);
     }
-    // SAFETY: all-zero is a valid ibv_qp_attr.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = ibv_qp_state::IBV_QPS_INIT;
-    a.port_num = raw.port_num;
-    a.qp_access_flags = crate::verbs::mr::ACCESS_REMOTE_WRITE
-        | crate::verbs::mr::ACCESS_REMOTE_READ
-        | crate::verbs::mr::ACCESS_REMOTE_ATOMIC;
-    use ibv_qp_attr_mask as M;
-    let mask =
-        M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0;
-    if let Err(e) = crate::verbs::qp::lookup(qp).and_then(|q| q.modify(&a, mask)) {
+    if let Err(e) = crate::verbs::qp::lookup(qp).and_then(|q| ready_qp(&q, raw.port_num)) {
         // SAFETY: the QP created above.
         unsafe { ibv_destroy_qp(qp) };
         cleanup(&made_cqs, &made_channels);
@@ -130,6 +120,35 @@ fn create_qp(id: &Arc<CmId>, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Re
         }
     });
     Ok(())
+}
+
+/// Brings a new QP to where rdma_cm leaves it: INIT for connected QPs; RTS with
+/// `RDMA_UDP_QKEY` for UD QPs (which need no peer).
+fn ready_qp(q: &crate::verbs::qp::Qp, port: u8) -> Result<()> {
+    use ibv_qp_attr_mask as M;
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+    a.port_num = port;
+    if q.qp_type == ibv_qp_type::IBV_QPT_UD {
+        a.qkey = crate::cm::ud::UDP_QKEY;
+        q.modify(
+            &a,
+            M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0,
+        )?;
+        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        q.modify(&a, M::IBV_QP_STATE.0)?;
+        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = 0;
+        return q.modify(&a, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0);
+    }
+    a.qp_access_flags = crate::verbs::mr::ACCESS_REMOTE_WRITE
+        | crate::verbs::mr::ACCESS_REMOTE_READ
+        | crate::verbs::mr::ACCESS_REMOTE_ATOMIC;
+    q.modify(
+        &a,
+        M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0,
+    )
 }
 
 /// `rdma_destroy_qp`: the QP (unless the caller already destroyed it) and the CQs and channels
@@ -379,7 +398,9 @@ entry! {
         // Only the basic attributes (PD, optionally no create flags) map onto this provider.
         let pd_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
         let flags_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_CREATE_FLAGS.0;
-        if a.comp_mask & !(pd_bit | flags_bit) != 0 || (a.comp_mask & flags_bit != 0 && a.create_flags != 0) {
+        let block_self = ibv_qp_create_flags::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.0;
+        let flags = if a.comp_mask & flags_bit != 0 { a.create_flags } else { 0 };
+        if a.comp_mask & !(pd_bit | flags_bit) != 0 || flags & !block_self != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
         let mut basic = ibv_qp_init_attr {
@@ -393,6 +414,11 @@ entry! {
         };
         let pd = if a.comp_mask & pd_bit != 0 { a.pd } else { std::ptr::null_mut() };
         create_qp(&i, pd, &mut basic)?;
+        if flags & block_self != 0 {
+            if let Ok(q) = crate::verbs::qp::lookup(i.raw.get().qp) {
+                q.set_block_self_mcast(true);
+            }
+        }
         a.cap = basic.cap;
         a.send_cq = basic.send_cq;
         a.recv_cq = basic.recv_cq;
@@ -538,6 +564,37 @@ entry! {
         Ok(())
     }
 
+    fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: addr is NULL or a socket address of its family's size.
+        i.join(unsafe { read_sockaddr(addr) }?, false, context)
+    }
+
+    fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: attr is NULL or valid for reads.
+        let a = unsafe { arg(attr) }?;
+        const ADDRESS: u32 = 1;
+        const JOIN_FLAGS: u32 = 2;
+        const RESERVED: u32 = 4;
+        if a.comp_mask >= RESERVED {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if a.comp_mask & ADDRESS == 0 || a.comp_mask & JOIN_FLAGS == 0 || a.join_flags >= 2 {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: addr is NULL or a socket address of its family's size.
+        let addr = unsafe { read_sockaddr(a.addr) }?;
+        // join_flags: 0 = full member, 1 = send-only full member (not attached).
+        i.join(addr, a.join_flags == 1, context)
+    }
+
+    fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: addr is NULL or a socket address of its family's size.
+        i.leave(unsafe { read_sockaddr(addr) }?)
+    }
+
     fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> MinusOne {
         let i = live(id)?;
         if !i.raw.get().qp.is_null() || ece.is_null() {
@@ -557,11 +614,8 @@ entry! {
     }
 }
 
-// Owned by later issues: multicast (issue 4), migration and rdma_init_qp_attr (issue 5).
+// Owned by issue 5: migration and rdma_init_qp_attr.
 unimplemented_entry! { Errno::ENOSYS =>
-    fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void) -> MinusOne;
-    fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void) -> MinusOne;
-    fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> MinusOne;
     fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> MinusOne;
     fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> MinusOne;
 }

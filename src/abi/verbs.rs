@@ -16,6 +16,7 @@ use crate::verbs::pd::Pd;
 use crate::verbs::qp::{Qp, RecvWqe, Sgl};
 use crate::verbs::rc::{Payload, SendWqe};
 use crate::verbs::srq::Srq;
+use crate::verbs::ud::{self, UdDest};
 use crate::{entry, unimplemented_entry};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::ffi::CStr;
@@ -78,7 +79,7 @@ unsafe fn read_sgl(sg: *const ibv_sge, n: c_int) -> Result<Sgl> {
 ///
 /// # Safety
 /// `wr` is a valid work request; its SGE array and, for inline sends, the buffers are readable.
-unsafe fn read_send_wr(wr: &ibv_send_wr) -> Result<(SendWqe, usize)> {
+unsafe fn read_send_wr(wr: &ibv_send_wr, is_ud: bool) -> Result<(SendWqe, usize)> {
     use ibv_wr_opcode::*;
     // SAFETY: for the *_WITH_IMM opcodes the union holds imm_data (read only for them).
     let imm_data = unsafe { wr.imm_data_invalidated_rkey_union.imm_data };
@@ -127,6 +128,17 @@ unsafe fn read_send_wr(wr: &ibv_send_wr) -> Result<(SendWqe, usize)> {
     } else {
         Payload::Sges(sgl)
     };
+    let ud = if is_ud {
+        // SAFETY: a UD QP's work requests use the wr.ud member of the union.
+        let u = unsafe { wr.wr.ud };
+        Some(UdDest {
+            ah: objects().ahs.get(u.ah)?,
+            remote_qpn: u.remote_qpn,
+            remote_qkey: u.remote_qkey,
+        })
+    } else {
+        None
+    };
     let n = wr.num_sge as usize;
     Ok((
         SendWqe {
@@ -141,6 +153,7 @@ unsafe fn read_send_wr(wr: &ibv_send_wr) -> Result<(SendWqe, usize)> {
             rkey,
             compare_add,
             swap,
+            ud,
         },
         n,
     ))
@@ -450,8 +463,9 @@ entry! {
         while !cur.is_null() {
             // SAFETY: cur walks the caller's NULL-terminated list of valid work requests.
             let w = unsafe { &*cur };
+            let is_ud = q.qp_type == ibv_qp_type::IBV_QPT_UD;
             // SAFETY: w's SGEs and inline buffers are valid per the verbs contract.
-            let r = unsafe { read_send_wr(w) }.and_then(|(wqe, n)| q.post_send(wqe, n));
+            let r = unsafe { read_send_wr(w, is_ud) }.and_then(|(wqe, n)| q.post_send(wqe, n));
             if let Err(e) = r {
                 // SAFETY: bad_wr is NULL or a valid out-pointer.
                 if let Some(b) = unsafe { bad_wr.as_mut() } {
@@ -548,6 +562,44 @@ entry! {
         let pd = objects().pds.get(pd)?;
         // SAFETY: attr is NULL or valid for reads.
         Ah::create(pd, unsafe { arg(attr) }?)
+    }
+
+    fn ibv_init_ah_from_wc(context: *mut ibv_context, port: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, ah_attr: *mut ibv_ah_attr) -> MinusOne {
+        ctx(context)?;
+        check_port(port)?;
+        // SAFETY: wc and ah_attr are NULL or valid; grh is NULL or points at the 40-byte GRH
+        // at the start of the receive buffer.
+        let (wc, out_attr) = unsafe { (arg(wc)?, out(ah_attr)?) };
+        // SAFETY: as above.
+        let g = unsafe { grh.cast::<[u8; ud::GRH_LEN]>().as_ref() };
+        ud::ah_attr_from_wc(port, wc, g, out_attr)
+    }
+
+    fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port: u8) -> NullOr<ibv_ah> {
+        let pd = objects().pds.get(pd)?;
+        check_port(port)?;
+        // SAFETY: as in ibv_init_ah_from_wc.
+        let wc = unsafe { arg(wc) }?;
+        // SAFETY: as in ibv_init_ah_from_wc.
+        let g = unsafe { grh.cast::<[u8; ud::GRH_LEN]>().as_ref() };
+        // SAFETY: all-zero is a valid ibv_ah_attr.
+        let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
+        ud::ah_attr_from_wc(port, wc, g, &mut attr)?;
+        Ah::create(pd, &attr)
+    }
+
+    fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> PositiveErrno {
+        let q = objects().qps.get(qp)?;
+        let _ = lid;
+        // SAFETY: gid is NULL or valid for reads; every view of the union is plain bytes.
+        q.attach_mcast(unsafe { arg(gid)?.raw })
+    }
+
+    fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> PositiveErrno {
+        let q = objects().qps.get(qp)?;
+        let _ = lid;
+        // SAFETY: as in ibv_attach_mcast.
+        q.detach_mcast(unsafe { arg(gid)?.raw })
     }
 
     fn ibv_destroy_ah(ah: *mut ibv_ah) -> PositiveErrno {
@@ -750,12 +802,8 @@ entry! {
     }
 }
 
-// UD address helpers and multicast belong to issue 4.
+// Owned by later work: see docs/CONFORMANCE.md.
 unimplemented_entry! { Errno::EOPNOTSUPP =>
-    fn ibv_init_ah_from_wc(context: *mut ibv_context, port: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, ah_attr: *mut ibv_ah_attr) -> MinusOne;
-    fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port: u8) -> NullOr<ibv_ah>;
-    fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> PositiveErrno;
-    fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> PositiveErrno;
     fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> NullOr<ibv_qp_ex>;
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> Value<c_int>;
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> NullOr<ibv_mr>;

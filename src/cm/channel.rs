@@ -17,6 +17,9 @@ use std::sync::{Arc, Mutex};
 /// rdma-core's RDMA_MAX_PRIVATE_DATA: the buffer size of every event's private data.
 pub const EVENT_PRIVATE: usize = 256;
 
+/// Work done when the application fetches an event.
+pub type OnFetch = Box<dyn FnOnce(&mut rdma_cm_event) + Send + Sync>;
+
 pub struct Event {
     pub ev: CBox<rdma_cm_event>,
     pub private: Box<[u8; EVENT_PRIVATE]>,
@@ -24,6 +27,8 @@ pub struct Event {
     pub owner: Arc<CmId>,
     /// The new id of a CONNECT_REQUEST, kept alive with the event.
     pub new_id: Option<Arc<CmId>>,
+    /// Runs when the application fetches the event (multicast joins attach the QP then).
+    pub on_fetch: Option<OnFetch>,
 }
 
 pub struct EventChannel {
@@ -81,7 +86,11 @@ impl EventChannel {
                 return Err(e);
             }
             let next = self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-            if let Some(e) = next {
+            if let Some(mut e) = next {
+                if let Some(f) = e.on_fetch.take() {
+                    // SAFETY: the event is ours and not yet visible to the application.
+                    f(unsafe { e.ev.get_mut() });
+                }
                 let p = e.ev.as_ptr();
                 EVENTS.insert(p as usize, Arc::new(e));
                 return Ok(p);

@@ -51,18 +51,18 @@ struct ConnParams {
     rnr_retry_count: u8,
 }
 
-struct IdState {
-    state: State,
-    local: Option<SocketAddr>,
-    remote: Option<SocketAddr>,
+pub(super) struct IdState {
+    pub(super) state: State,
+    pub(super) local: Option<SocketAddr>,
+    pub(super) remote: Option<SocketAddr>,
     /// The socket that holds our rendezvous name (listening or active side).
     bound: Option<Arc<OwnedFd>>,
     /// The CM connection of a connecting or connected id.
-    conn: Option<Arc<OwnedFd>>,
+    pub(super) conn: Option<Arc<OwnedFd>>,
     /// Events handed to the application (or queued) and not yet acknowledged.
     outstanding: u32,
     disconnect_reported: bool,
-    peer_qpn: u32,
+    pub(super) peer_qpn: u32,
     params: ConnParams,
     /// `rdma_create_ep` on a passive id: the QP attributes and PD for `rdma_get_request`.
     ep_qp_attr: Option<CData<ibv_qp_init_attr>>,
@@ -76,6 +76,8 @@ struct IdState {
     afonly: bool,
     /// `rdma_destroy_id` started: events for this id are discarded, as the kernel does.
     destroyed: bool,
+    /// Multicast groups joined: (group address, MGID, send-only).
+    pub(super) joins: Vec<(SocketAddr, [u8; 16], bool)>,
 }
 
 pub struct CmId {
@@ -83,12 +85,12 @@ pub struct CmId {
     channel: Mutex<Arc<EventChannel>>,
     pub sync: bool,
     pub ps: u32,
-    st: Mutex<IdState>,
+    pub(super) st: Mutex<IdState>,
     acked: Condvar,
     me: Weak<CmId>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -176,7 +178,7 @@ fn write_storage(dst: *mut libc::sockaddr_storage, a: &SocketAddr) {
     }
 }
 
-fn addr_to_wire(a: &SocketAddr) -> [u8; 28] {
+pub(super) fn addr_to_wire(a: &SocketAddr) -> [u8; 28] {
     let mut w = [0u8; 28];
     let ip = match a.ip() {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
@@ -187,7 +189,7 @@ fn addr_to_wire(a: &SocketAddr) -> [u8; 28] {
     w
 }
 
-fn addr_from_wire(w: &[u8; 28]) -> SocketAddr {
+pub(super) fn addr_from_wire(w: &[u8; 28]) -> SocketAddr {
     let mut o = [0u8; 16];
     o.copy_from_slice(&w[..16]);
     let port = u16::from_be_bytes([w[16], w[17]]);
@@ -216,7 +218,7 @@ fn random_port() -> u16 {
     32768 + r % 28232
 }
 
-fn gid_of_addr(a: &SocketAddr) -> [u8; 16] {
+pub(super) fn gid_of_addr(a: &SocketAddr) -> [u8; 16] {
     let ip = if a.ip().is_unspecified() {
         match a.ip() {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -241,6 +243,12 @@ pub struct EventParams<'a> {
     pub rnr_retry_count: u8,
     pub srq: u8,
     pub qp_num: u32,
+    /// UD events (ESTABLISHED, CONNECT_REQUEST, MULTICAST_JOIN): `param.ud` instead of
+    /// `param.conn`: the address handle attributes and the qkey.
+    pub ud: Option<(ibv_ah_attr, u32)>,
+    /// `param.ud.private_data` as a pointer value (multicast: the join context).
+    pub ud_context: Option<usize>,
+    pub on_fetch: Option<super::channel::OnFetch>,
 }
 
 impl CmId {
@@ -286,6 +294,7 @@ impl CmId {
                 path: None,
                 afonly: false,
                 destroyed: false,
+                joins: Vec::new(),
             }),
             acked: Condvar::new(),
             me: me.clone(),
@@ -298,7 +307,7 @@ impl CmId {
         self.raw.as_ptr()
     }
 
-    fn channel(&self) -> Arc<EventChannel> {
+    pub(super) fn channel(&self) -> Arc<EventChannel> {
         lock(&self.channel).clone()
     }
 
@@ -320,7 +329,13 @@ impl CmId {
     // --- events ----------------------------------------------------------------------------
 
     /// Queues an event of this id (or, with `new_id`, a CONNECT_REQUEST for a new id).
-    fn post_event(&self, kind: u32, status: i32, p: EventParams<'_>, new_id: Option<Arc<CmId>>) {
+    pub(super) fn post_event(
+        &self,
+        kind: u32,
+        status: i32,
+        p: EventParams<'_>,
+        new_id: Option<Arc<CmId>>,
+    ) {
         let mut st = lock(&self.st);
         self.post_event_locked(&mut st, kind, status, p, new_id);
     }
@@ -354,6 +369,28 @@ impl CmId {
         e.event = kind;
         e.status = status;
         let len = if p.private_len == 0 { n as u8 } else { p.private_len };
+        if let Some((ah_attr, qkey)) = p.ud {
+            e.param.ud = rdma_ud_param {
+                private_data: match p.ud_context {
+                    Some(c) => c as *const libc::c_void,
+                    None if len > 0 => private.as_ptr().cast(),
+                    None => std::ptr::null(),
+                },
+                private_data_len: if p.ud_context.is_some() { 0 } else { len },
+                ah_attr,
+                qp_num: p.qp_num,
+                qkey,
+            };
+            st.outstanding += 1;
+            self.channel().post(Event {
+                ev,
+                private,
+                owner: self.arc(),
+                new_id,
+                on_fetch: p.on_fetch,
+            });
+            return;
+        }
         e.param.conn = rdma_conn_param {
             private_data: if len > 0 { private.as_ptr().cast() } else { std::ptr::null() },
             private_data_len: len,
@@ -366,7 +403,7 @@ impl CmId {
             qp_num: p.qp_num,
         };
         st.outstanding += 1;
-        self.channel().post(Event { ev, private, owner: self.arc(), new_id });
+        self.channel().post(Event { ev, private, owner: self.arc(), new_id, on_fetch: p.on_fetch });
     }
 
     pub fn event_acked(&self) {
@@ -377,7 +414,7 @@ impl CmId {
 
     /// Sync ids: waits for the event the last call produces, as librdmacm's `ucma_complete`:
     /// acks the previous `id->event`, stores the new one there, and maps its status to errno.
-    fn complete(&self) -> Result<()> {
+    pub(super) fn complete(&self) -> Result<()> {
         if !self.sync {
             return Ok(());
         }
@@ -483,7 +520,9 @@ impl CmId {
             let r = unsafe { self.raw.get_mut() };
             set_dst(r, &dst);
         }
-        let reachable = is_local(dst.ip()) && !dst.ip().is_unspecified();
+        // A multicast group is "resolved" on this host: members are found when sending.
+        let reachable =
+            (is_local(dst.ip()) && !dst.ip().is_unspecified()) || dst.ip().is_multicast();
         if !reachable {
             // Other hosts are reached through the UDP transport of a later issue; until then the
             // resolution fails as an unreachable host does.
@@ -501,7 +540,7 @@ impl CmId {
             let local = st.local.expect("bound above");
             // SAFETY: under the state lock.
             let r = unsafe { self.raw.get_mut() };
-            if local.ip().is_unspecified() {
+            if local.ip().is_unspecified() && !dst.ip().is_multicast() {
                 let l = SocketAddr::new(dst.ip(), local.port());
                 set_src(r, &l);
                 st.local = Some(l);
@@ -586,25 +625,54 @@ impl CmId {
             let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
             let Ok(Some((n, _))) = unix::recv(conn.as_raw_fd(), &mut buf) else { continue };
             let Some(m) = Msg::from_bytes(&buf[..n]) else { continue };
-            if m.kind != proto::REQ {
-                continue;
+            match m.kind {
+                proto::REQ => {
+                    let _ = self.on_request(conn, m);
+                }
+                proto::SIDR_REQ => {
+                    let _ = self.on_sidr_request(conn, m);
+                }
+                _ => {}
             }
-            let _ = self.on_request(conn, m);
         }
     }
 
-    fn on_request(&self, conn: OwnedFd, m: Msg) -> Result<()> {
+    /// The new id of an incoming request: bound to the device, with the listener's context,
+    /// channel (a private one for sync listeners), port space and saved endpoint attributes.
+    pub(super) fn new_request_id(&self, m: &Msg) -> Result<Arc<CmId>> {
         // A sync listener's new ids get their own private channel (they are sync too).
         let channel = if self.sync { None } else { Some(self.channel()) };
         let raw = self.raw.get();
         let nid = CmId::create(channel, raw.context, self.ps, raw.qp_type)?;
         let local = addr_from_wire(&m.dst);
         let remote = addr_from_wire(&m.src);
+        let mut st = lock(&nid.st);
+        st.state = State::ReqRcvd;
+        st.local = Some(local);
+        st.remote = Some(remote);
+        st.peer_qpn = m.qpn;
+        // SAFETY: under the new id's state lock; not yet visible to the application.
+        let r = unsafe { nid.raw.get_mut() };
+        r.verbs = cm_context()?;
+        r.pd = cm_pd()?;
+        r.port_num = device::PORT;
+        set_src(r, &local);
+        set_dst(r, &remote);
+        r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
+        r.route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&remote);
+        r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        let ep = lock(&self.st);
+        st.ep_qp_attr = ep.ep_qp_attr.as_ref().map(|a| CData(pod_copy(&a.0)));
+        st.ep_pd = ep.ep_pd;
+        drop(ep);
+        drop(st);
+        Ok(nid)
+    }
+
+    fn on_request(&self, conn: OwnedFd, m: Msg) -> Result<()> {
+        let nid = self.new_request_id(&m)?;
         {
             let mut st = lock(&nid.st);
-            st.state = State::ReqRcvd;
-            st.local = Some(local);
-            st.remote = Some(remote);
             st.peer_qpn = m.qpn;
             st.params = ConnParams {
                 // The peer's initiator depth is our responder resources and vice versa.
@@ -613,19 +681,6 @@ impl CmId {
                 retry_count: m.retry_count,
                 rnr_retry_count: m.rnr_retry_count,
             };
-            // SAFETY: under the new id's state lock; not yet visible to the application.
-            let r = unsafe { nid.raw.get_mut() };
-            r.verbs = cm_context()?;
-            r.pd = cm_pd()?;
-            r.port_num = device::PORT;
-            set_src(r, &local);
-            set_dst(r, &remote);
-            r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
-            r.route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&remote);
-            r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
-            let ep = lock(&self.st);
-            st.ep_qp_attr = ep.ep_qp_attr.as_ref().map(|a| CData(pod_copy(&a.0)));
-            st.ep_pd = ep.ep_pd;
         }
         nid.adopt_conn(conn)?;
         self.post_event(
@@ -641,6 +696,7 @@ impl CmId {
                 rnr_retry_count: m.rnr_retry_count,
                 srq: m.srq,
                 qp_num: m.qpn,
+                ..Default::default()
             },
             Some(nid),
         );
@@ -648,7 +704,7 @@ impl CmId {
     }
 
     /// Takes ownership of a CM connection and watches it for messages and hang-up.
-    fn adopt_conn(&self, conn: OwnedFd) -> Result<()> {
+    pub(super) fn adopt_conn(&self, conn: OwnedFd) -> Result<()> {
         unix::set_nonblocking(conn.as_raw_fd())?;
         let conn = Arc::new(conn);
         let fd = conn.as_raw_fd();
@@ -682,7 +738,7 @@ impl CmId {
         )
     }
 
-    fn send(&self, m: &Msg) -> Result<()> {
+    pub(super) fn send(&self, m: &Msg) -> Result<()> {
         let conn = lock(&self.st).conn.clone().ok_or(Errno::ENOTCONN)?;
         unix::send(conn.as_raw_fd(), m.as_bytes(), &[])
     }
@@ -745,12 +801,15 @@ impl CmId {
         }
     }
 
-    fn own_qpn(&self) -> Option<u32> {
+    pub(super) fn own_qpn(&self) -> Option<u32> {
         let qpp = self.raw.get().qp;
         qp::lookup(qpp).ok().map(|q| q.qpn)
     }
 
     pub fn accept(&self, p: Option<&rdma_conn_param>) -> Result<()> {
+        if self.is_ud() {
+            return self.accept_ud(p);
+        }
         let (peer_qpn, mut params) = {
             let st = lock(&self.st);
             if st.state != State::ReqRcvd {
@@ -798,6 +857,9 @@ impl CmId {
     }
 
     pub fn reject(&self, private: &[u8], reason: i32) -> Result<()> {
+        if self.is_ud() {
+            return self.reject_ud(private);
+        }
         {
             let mut st = lock(&self.st);
             if st.state != State::ReqRcvd {
@@ -818,6 +880,9 @@ impl CmId {
     // --- active side -------------------------------------------------------------------------
 
     pub fn connect(&self, p: Option<&rdma_conn_param>) -> Result<()> {
+        if self.is_ud() {
+            return self.connect_ud(p);
+        }
         let (local, remote, ep_data) = {
             let st = lock(&self.st);
             if st.state != State::RouteResolved {
@@ -896,7 +961,7 @@ impl CmId {
 
     /// Opens a CM connection to the listener for `remote`: the exact address first, then the
     /// wildcards that cover it.
-    fn dial(&self, remote: SocketAddr) -> Result<OwnedFd> {
+    pub(super) fn dial(&self, remote: SocketAddr) -> Result<OwnedFd> {
         let mut names = vec![rendezvous(self.ps, remote.ip(), remote.port())];
         if remote.is_ipv4() {
             names.push(rendezvous(self.ps, IpAddr::V4(Ipv4Addr::UNSPECIFIED), remote.port()));
@@ -994,6 +1059,7 @@ impl CmId {
                     rnr_retry_count: m.rnr_retry_count,
                     srq: m.srq,
                     qp_num: m.qpn,
+                    ..Default::default()
                 };
                 if self.raw.get().qp.is_null() {
                     lock(&self.st).state = State::RespRcvd;
@@ -1023,6 +1089,7 @@ impl CmId {
                     }
                 }
             }
+            (proto::SIDR_REP, State::Connecting) => self.on_sidr_rep(m),
             (proto::REJ, State::Connecting) => {
                 lock(&self.st).state = State::Rejected;
                 self.post_event(
@@ -1136,6 +1203,10 @@ impl CmId {
 
     /// Destroys the id once all its events are acknowledged (as librdmacm, it blocks).
     pub fn destroy(self: &Arc<CmId>) -> Result<()> {
+        if !IDS.contains(self.ptr()) {
+            return Err(Errno::EINVAL);
+        }
+        self.leave_all();
         IDS.remove(self.ptr()).ok_or(Errno::EINVAL)?;
         self.ack_held_event();
         let ch = self.channel();
@@ -1186,7 +1257,7 @@ fn check_depths(p: &rdma_conn_param) -> Result<()> {
 ///
 /// # Safety
 /// `p` is NULL or valid for `len` bytes.
-unsafe fn private_slice<'a>(p: *const libc::c_void, len: u8) -> &'a [u8] {
+pub(super) unsafe fn private_slice<'a>(p: *const libc::c_void, len: u8) -> &'a [u8] {
     if p.is_null() || len == 0 {
         &[]
     } else {

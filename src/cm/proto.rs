@@ -8,9 +8,20 @@ pub const RTU: u32 = 3;
 pub const REJ: u32 = 4;
 pub const DREQ: u32 = 5;
 pub const DREP: u32 = 6;
+/// Service ID resolution (UD): request and reply.
+pub const SIDR_REQ: u32 = 7;
+pub const SIDR_REP: u32 = 8;
+
+/// Private data limits of SIDR (UD) messages.
+pub const SIDR_REQ_PRIVATE: usize = 180;
+pub const SIDR_REP_PRIVATE: usize = 136;
+/// SIDR REP statuses.
+pub const SIDR_UNSUPPORTED: i32 = 1;
+pub const SIDR_REJECT: i32 = 2;
 
 /// Largest private data any message carries (REP on IB: 196 bytes).
 pub const MAX_PRIVATE: usize = 196;
+// (SIDR REQ's 180 bytes also fit.)
 /// Private data limits of rdma_cm over IB/RoCE for RC (REQ, REP, REJ).
 pub const REQ_PRIVATE: usize = 56;
 pub const REP_PRIVATE: usize = 196;
@@ -35,6 +46,8 @@ pub struct Msg {
     pub rnr_retry_count: u8,
     pub srq: u8,
     pub _pad: [u8; 2],
+    /// SIDR: the responder's qkey.
+    pub qkey: u32,
     /// Sender's address, as a sockaddr_in6 (IPv4 is v4-mapped), for the peer's route data.
     pub src: [u8; 28],
     pub dst: [u8; 28],
@@ -58,6 +71,7 @@ impl Msg {
             rnr_retry_count: 0,
             srq: 0,
             _pad: [0; 2],
+            qkey: 0,
             src: [0; 28],
             dst: [0; 28],
             private: [0; MAX_PRIVATE],

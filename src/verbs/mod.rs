@@ -9,6 +9,7 @@ pub mod pd;
 pub mod qp;
 pub mod rc;
 pub mod srq;
+pub mod ud;
 
 use crate::handle::Registry;
 use once_cell::sync::Lazy;

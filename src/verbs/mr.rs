@@ -30,6 +30,8 @@ pub const ACCESS_REMOTE_READ: u32 = 4;
 pub const ACCESS_REMOTE_ATOMIC: u32 = 8;
 /// Every access flag libibverbs 44 defines (up to IBV_ACCESS_RELAXED_ORDERING).
 const ACCESS_KNOWN: u32 = (1 << 21) - 1;
+/// IBV_ACCESS_OPTIONAL_RANGE: optional flags a provider may ignore, as the kernel does.
+const ACCESS_OPTIONAL: u32 = 0x3ff0_0000;
 
 fn random_key() -> u32 {
     let mut r: u32 = 0;
@@ -46,6 +48,7 @@ impl Mr {
         access: i32,
     ) -> Result<*mut ibv_mr> {
         let access = access as u32;
+        let access = access & !ACCESS_OPTIONAL;
         if access & !ACCESS_KNOWN != 0 {
             return Err(Errno::EINVAL);
         }

@@ -80,6 +80,8 @@ pub struct QpState {
     pending_hello: Option<(OwnedFd, Hello, Vec<OwnedFd>)>,
     /// The peer's QP is gone (or could not be reached).
     pub(super) peer_gone: bool,
+    /// UD: multicast groups this QP is attached to, with the marker socket of each.
+    mcast: Vec<([u8; 16], OwnedFd)>,
 }
 
 pub struct Qp {
@@ -95,7 +97,10 @@ pub struct Qp {
     pub qpn: u32,
     pub sq_sig_all: bool,
     pub cap: ibv_qp_cap,
+    /// The socket that owns our QPN: listening (RC) or receiving datagrams (UD).
     listener: OwnedFd,
+    /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
+    block_self_mcast: std::sync::atomic::AtomicBool,
     st: Mutex<QpState>,
     me: Weak<Qp>,
 }
@@ -149,6 +154,19 @@ fn rc_transition(from: u32, to: u32) -> Option<(u32, u32)> {
     })
 }
 
+/// The same for UD QPs.
+fn ud_transition(from: u32, to: u32) -> Option<(u32, u32)> {
+    Some(match (from, to) {
+        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => (0, 0),
+        (IBV_QPS_RESET, IBV_QPS_INIT) => (M_PKEY | M_PORT | M_QKEY, 0),
+        (IBV_QPS_INIT, IBV_QPS_INIT) => (0, M_PKEY | M_PORT | M_QKEY),
+        (IBV_QPS_INIT, IBV_QPS_RTR) => (0, M_PKEY | M_QKEY),
+        (IBV_QPS_RTR, IBV_QPS_RTS) => (M_SQ_PSN, M_CUR_STATE | M_QKEY),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => (0, M_CUR_STATE | M_QKEY),
+        _ => return None,
+    })
+}
+
 impl Qp {
     /// The `ibv_qp` handed to C (the first member of the `ibv_qp_ex`).
     pub fn ptr(&self) -> *mut ibv_qp {
@@ -166,7 +184,7 @@ impl Qp {
         let recv_cq = o.cqs.get(attr.recv_cq)?;
         let srq = if attr.srq.is_null() { None } else { Some(o.srqs.get(attr.srq)?) };
         match attr.qp_type {
-            ibv_qp_type::IBV_QPT_RC => {}
+            ibv_qp_type::IBV_QPT_RC | ibv_qp_type::IBV_QPT_UD => {}
             // UD and UC are owned by later work (issue 4 for UD): refuse clearly.
             _ => return Err(Errno::EOPNOTSUPP),
         }
@@ -189,7 +207,7 @@ impl Qp {
             c.max_recv_wr = c.max_recv_wr.max(1);
             c.max_recv_sge = c.max_recv_sge.max(1);
         }
-        let (qpn, listener) = link::allocate_qpn()?;
+        let (qpn, listener) = link::allocate_qpn(attr.qp_type == ibv_qp_type::IBV_QPT_UD)?;
         let raw: CBox<ibv_qp_ex> = CBox::zeroed();
         // SAFETY: not yet published.
         let r = unsafe { &mut raw.get_mut().qp_base };
@@ -219,6 +237,7 @@ impl Qp {
             sq_sig_all: attr.sq_sig_all != 0,
             cap: attr.cap,
             listener,
+            block_self_mcast: std::sync::atomic::AtomicBool::new(false),
             st: Mutex::new(QpState {
                 state: IBV_QPS_RESET,
                 attr: qattr,
@@ -231,6 +250,7 @@ impl Qp {
                 link: None,
                 pending_hello: None,
                 peer_gone: false,
+                mcast: Vec::new(),
             }),
             me: me.clone(),
         });
@@ -243,7 +263,11 @@ impl Qp {
             qp.listener.as_raw_fd(),
             Arc::new(move |_| {
                 if let Some(q) = lw.upgrade() {
-                    on_listener_readable(q.listener.as_raw_fd());
+                    if q.qp_type == ibv_qp_type::IBV_QPT_UD {
+                        q.receive_datagrams();
+                    } else {
+                        on_listener_readable(q.listener.as_raw_fd());
+                    }
                 }
             }),
         )?;
@@ -265,6 +289,45 @@ impl Qp {
         let mut st = lock(&qp.st);
         st.link = None;
         st.pending_hello = None;
+        st.mcast.clear();
+        Ok(())
+    }
+
+    /// The socket that owns our QPN.
+    pub(super) fn socket(&self) -> &OwnedFd {
+        &self.listener
+    }
+
+    pub fn set_block_self_mcast(&self, v: bool) {
+        self.block_self_mcast.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(super) fn block_self_mcast(&self) -> bool {
+        self.block_self_mcast.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `ibv_attach_mcast`: UD QPs only; attaching twice is harmless.
+    pub fn attach_mcast(&self, gid: [u8; 16]) -> Result<()> {
+        if self.qp_type != ibv_qp_type::IBV_QPT_UD {
+            return Err(Errno::EINVAL);
+        }
+        let mut st = lock(&self.st);
+        if st.mcast.iter().any(|(g, _)| *g == gid) {
+            return Ok(());
+        }
+        let marker = crate::provider::soft::datagram::join(&gid, self.qpn)?;
+        st.mcast.push((gid, marker));
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: `EINVAL` if not attached.
+    pub fn detach_mcast(&self, gid: [u8; 16]) -> Result<()> {
+        let mut st = lock(&self.st);
+        let before = st.mcast.len();
+        st.mcast.retain(|(g, _)| *g != gid);
+        if st.mcast.len() == before {
+            return Err(Errno::EINVAL);
+        }
         Ok(())
     }
 
@@ -285,7 +348,9 @@ impl Qp {
             return Err(Errno::EINVAL);
         }
         let to = if mask & M_STATE != 0 { attr.qp_state } else { cur };
-        let (req, opt) = rc_transition(cur, to).ok_or(Errno::EINVAL)?;
+        let table =
+            if self.qp_type == ibv_qp_type::IBV_QPT_UD { ud_transition } else { rc_transition };
+        let (req, opt) = table(cur, to).ok_or(Errno::EINVAL)?;
         let given = mask & !M_STATE;
         if given & req != req || given & !(req | opt | M_CUR_STATE) != 0 {
             return Err(Errno::EINVAL);
@@ -369,7 +434,7 @@ impl Qp {
                 self.set_state(&mut st, IBV_QPS_RESET);
             }
             IBV_QPS_ERR => self.to_error(&mut st),
-            IBV_QPS_RTR if cur == IBV_QPS_INIT => {
+            IBV_QPS_RTR if cur == IBV_QPS_INIT && self.qp_type == ibv_qp_type::IBV_QPT_RC => {
                 self.set_state(&mut st, IBV_QPS_RTR);
                 self.connect_link(&mut st);
             }
@@ -521,6 +586,9 @@ impl Qp {
         }
         if num_sge > self.cap.max_send_sge as usize || w.len > device::MAX_MSG as u64 {
             return Err(Errno::EINVAL);
+        }
+        if self.qp_type == ibv_qp_type::IBV_QPT_UD {
+            return self.post_send_ud(&mut st, w);
         }
         if st.sq.len() + st.inflight.len() >= self.cap.max_send_wr as usize {
             return Err(Errno::ENOMEM);

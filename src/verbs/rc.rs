@@ -42,6 +42,8 @@ pub struct SendWqe {
     pub rkey: u32,
     pub compare_add: u64,
     pub swap: u64,
+    /// UD destination (`wr.ud`).
+    pub ud: Option<super::ud::UdDest>,
 }
 
 impl SendWqe {
@@ -335,7 +337,7 @@ impl Qp {
         mr::lookup(rkey, &self.pd, addr, len as usize, need).map(Some).map_err(status_of)
     }
 
-    fn next_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
+    pub(super) fn next_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
         match &self.srq {
             Some(s) => s.pop(),
             None => st.rq.pop_front(),
@@ -681,7 +683,7 @@ unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
 ///
 /// # Safety
 /// `src` is valid for `n` bytes; the SGEs were checked for local write within their regions.
-unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
+pub(super) unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
     let mut skip = off;
     let mut done = 0usize;
     for s in sgl.as_slice() {

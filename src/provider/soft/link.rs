@@ -30,12 +30,13 @@ pub struct Hello {
 // SAFETY: repr(C) integers only.
 unsafe impl Pod for Hello {}
 
-fn qp_name(qpn: u32) -> String {
+pub fn qp_name(qpn: u32) -> String {
     format!("rdmashim/qp/{qpn:06x}")
 }
 
-/// Allocates a QPN unique on this host (network namespace) and the socket that owns it.
-pub fn allocate_qpn() -> Result<(u32, OwnedFd)> {
+/// Allocates a QPN unique on this host (network namespace) and the socket that owns it: a
+/// listening SEQPACKET socket for connected QPs, a datagram socket for UD QPs.
+pub fn allocate_qpn(datagram: bool) -> Result<(u32, OwnedFd)> {
     for _ in 0..1000 {
         let mut r: u32 = 0;
         // SAFETY: getrandom into a valid 4-byte buffer.
@@ -44,7 +45,9 @@ pub fn allocate_qpn() -> Result<(u32, OwnedFd)> {
         if qpn == 0x00ff_ffff {
             continue;
         }
-        match unix::listen(&qp_name(qpn)) {
+        let bound =
+            if datagram { unix::bind_dgram(&qp_name(qpn)) } else { unix::listen(&qp_name(qpn)) };
+        match bound {
             Ok(fd) => return Ok((qpn, fd)),
             Err(e) if e == Errno::EADDRINUSE => continue,
             Err(e) => return Err(e),

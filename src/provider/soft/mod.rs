@@ -12,6 +12,7 @@
 //!   in a per-process progress thread ([`engine`]) that sleeps in `epoll_wait` and is woken through
 //!   an eventfd only when it has said, in shared memory, that it is asleep.
 
+pub mod datagram;
 pub mod engine;
 pub mod link;
 pub mod ring;

@@ -202,3 +202,60 @@ pub unsafe trait Pod: Copy {
         Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) })
     }
 }
+
+/// Binds a non-blocking datagram socket to an abstract name; `EADDRINUSE` if taken.
+pub fn bind_dgram(name: &str) -> Result<OwnedFd> {
+    // SAFETY: plain socket(2) call.
+    let fd = check(unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)
+    })?;
+    // SAFETY: fd was just created and is owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let (a, len) = sockaddr(name)?;
+    // SAFETY: a is a valid sockaddr_un of length len.
+    check(unsafe { libc::bind(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
+    Ok(fd)
+}
+
+/// Sends one datagram made of `parts` to the socket bound to `name`.
+pub fn send_dgram(fd: RawFd, name: &str, parts: &[&[u8]]) -> Result<()> {
+    let (mut a, len) = sockaddr(name)?;
+    let mut iov: Vec<libc::iovec> = parts
+        .iter()
+        .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() })
+        .collect();
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut a as *mut libc::sockaddr_un).cast();
+    msg.msg_namelen = len;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len();
+    // SAFETY: msg describes valid buffers for the duration of the call.
+    check_size(unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) })
+        .map(|_| ())
+}
+
+/// Receives one datagram without blocking; `Ok(None)` when none is pending.
+pub fn recv_dgram(fd: RawFd, buf: &mut [u8]) -> Result<Option<usize>> {
+    // SAFETY: buf is valid for writes of its length.
+    let r = unsafe {
+        libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_TRUNC)
+    };
+    match check_size(r) {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if e == Errno::EAGAIN => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The abstract names of the unix sockets bound on this host (network namespace) that start
+/// with `prefix`, from /proc/net/unix.
+pub fn bound_names(prefix: &str) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string("/proc/net/unix") else { return Vec::new() };
+    let want = format!("@{prefix}");
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|n| n.starts_with(&want))
+        .map(|n| n[1..].to_string())
+        .collect()
+}
