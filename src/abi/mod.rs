@@ -15,6 +15,7 @@ pub mod rdma_cma;
 pub mod rdma_verbs;
 pub mod rsocket;
 pub mod verbs;
+pub mod verbs_ex;
 
 /// How a `Result` becomes a C return value.
 pub trait Convention {

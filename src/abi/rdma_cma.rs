@@ -4,9 +4,9 @@ use crate::abi::{arg, out, Infallible, MinusOne, Nothing, NullOr, Value};
 use crate::cm::addrinfo::{self, GaiError};
 use crate::cm::channel::{self, EventChannel, CHANNELS};
 use crate::cm::id::{self, cm_context, read_sockaddr, CmId};
+use crate::entry;
 use crate::errno::{Errno, Result};
 use crate::sys::*;
-use crate::{entry, unimplemented_entry};
 use libc::{c_char, c_int, c_void, sockaddr};
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -398,9 +398,14 @@ entry! {
         // Only the basic attributes (PD, optionally no create flags) map onto this provider.
         let pd_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
         let flags_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_CREATE_FLAGS.0;
+        let ops_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
         let block_self = ibv_qp_create_flags::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.0;
         let flags = if a.comp_mask & flags_bit != 0 { a.create_flags } else { 0 };
-        if a.comp_mask & !(pd_bit | flags_bit) != 0 || flags & !block_self != 0 {
+        let ops = if a.comp_mask & ops_bit != 0 { a.send_ops_flags } else { 0 };
+        if a.comp_mask & !(pd_bit | flags_bit | ops_bit) != 0
+            || flags & !block_self != 0
+            || ops & !crate::verbs::qp_ex::SUPPORTED_SEND_OPS != 0
+        {
             return Err(Errno::EOPNOTSUPP);
         }
         let mut basic = ibv_qp_init_attr {
@@ -595,6 +600,22 @@ entry! {
         i.leave(unsafe { read_sockaddr(addr) }?)
     }
 
+    fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> MinusOne {
+        let i = live(id)?;
+        let to = if channel.is_null() { None } else { Some(id::channel(channel)?) };
+        i.migrate(to)
+    }
+
+    fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> MinusOne {
+        let i = live(id)?;
+        // SAFETY: attr and mask are NULL or valid for reads and writes.
+        let (a, m) = unsafe { (out(attr)?, out(mask)?) };
+        let (computed, computed_mask) = i.init_qp_attr(a.qp_state)?;
+        *a = computed;
+        *m = computed_mask as c_int;
+        Ok(())
+    }
+
     fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> MinusOne {
         let i = live(id)?;
         if !i.raw.get().qp.is_null() || ece.is_null() {
@@ -612,10 +633,4 @@ entry! {
             _ => Err(Errno::EINVAL),
         }
     }
-}
-
-// Owned by issue 5: migration and rdma_init_qp_attr.
-unimplemented_entry! { Errno::ENOSYS =>
-    fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> MinusOne;
-    fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> MinusOne;
 }

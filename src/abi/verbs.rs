@@ -546,6 +546,12 @@ entry! {
             // SAFETY: the SGE array holds num_sge entries.
             let r = unsafe { read_sgl(w.sg_list, w.num_sge) }
                 .and_then(|sges| s.post(vec![RecvWqe { wr_id: w.wr_id, sges }]).map_err(|(_, e)| e));
+            if r.is_ok() && s.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                // A QP waits for a receive (RNR): it must see this one even if nobody polls.
+                if let Ok(e) = crate::provider::soft::engine::engine() {
+                    e.kick();
+                }
+            }
             if let Err(e) = r {
                 // SAFETY: bad_wr is NULL or a valid out-pointer.
                 if let Some(b) = unsafe { bad_wr.as_mut() } {
@@ -607,24 +613,19 @@ entry! {
     }
 
     fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> MinusOne {
+        use crate::verbs::async_event::Element;
         let c = ctx(context)?;
-        if event.is_null() {
-            return Err(Errno::EINVAL);
-        }
-        // No async events are generated yet (issue 5): block as the kernel would, or EAGAIN
-        // when the application made the fd non-blocking.
-        let mut v: u64 = 0;
-        loop {
-            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
-            let r = unsafe { libc::read(c.async_fd(), (&mut v as *mut u64).cast(), 8) };
-            if r < 0 {
-                let e = Errno::last();
-                if e.0 == libc::EINTR {
-                    continue;
-                }
-                return Err(e);
-            }
-        }
+        // SAFETY: event is NULL or valid for writes.
+        let e = unsafe { out(event) }?;
+        let (kind, el) = c.events.get()?;
+        e.event_type = kind;
+        e.element = match el {
+            Element::Qp(p) => ibv_async_event_element_t { qp: p as *mut ibv_qp },
+            Element::Srq(p) => ibv_async_event_element_t { srq: p as *mut ibv_srq },
+            Element::Cq(p) => ibv_async_event_element_t { cq: p as *mut ibv_cq },
+            Element::Port(n) => ibv_async_event_element_t { port_num: n as c_int },
+        };
+        Ok(())
     }
 
     fn ibv_ack_async_event(event: *mut ibv_async_event) -> Nothing {
@@ -804,7 +805,6 @@ entry! {
 
 // Owned by later work: see docs/CONFORMANCE.md.
 unimplemented_entry! { Errno::EOPNOTSUPP =>
-    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> NullOr<ibv_qp_ex>;
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> Value<c_int>;
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> NullOr<ibv_mr>;
     fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> PositiveErrno;

@@ -108,6 +108,22 @@ impl EventChannel {
     }
 }
 
+impl EventChannel {
+    /// Removes and returns the queued events of `id` (it moves to another channel).
+    pub fn take_events_of(&self, id: &Arc<CmId>) -> Vec<Event> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let (mine, rest): (Vec<Event>, Vec<Event>) =
+            q.drain(..).partition(|e| Arc::ptr_eq(&e.owner, id));
+        q.extend(rest);
+        mine
+    }
+}
+
+/// Whether an event of `id` is handed out and not yet acknowledged.
+pub fn has_unacked(id: &CmId) -> bool {
+    EVENTS.values().iter().any(|e| std::ptr::eq(Arc::as_ptr(&e.owner), id))
+}
+
 /// Acknowledges (frees) an event handed out by `get`.
 pub fn ack(p: *mut rdma_cm_event) -> Result<()> {
     let e = EVENTS.remove(p).ok_or(Errno::EINVAL)?;

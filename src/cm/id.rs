@@ -83,7 +83,8 @@ pub(super) struct IdState {
 pub struct CmId {
     pub raw: CBox<rdma_cm_id>,
     channel: Mutex<Arc<EventChannel>>,
-    pub sync: bool,
+    /// A sync id owns a private channel and blocks in the calls that produce events.
+    sync: std::sync::atomic::AtomicBool,
     pub ps: u32,
     pub(super) st: Mutex<IdState>,
     acked: Condvar,
@@ -274,7 +275,7 @@ impl CmId {
         let id = Arc::new_cyclic(|me| CmId {
             raw,
             channel: Mutex::new(channel),
-            sync,
+            sync: std::sync::atomic::AtomicBool::new(sync),
             ps,
             st: Mutex::new(IdState {
                 state: State::Idle,
@@ -305,6 +306,36 @@ impl CmId {
 
     pub fn ptr(&self) -> *mut rdma_cm_id {
         self.raw.as_ptr()
+    }
+
+    pub fn is_sync(&self) -> bool {
+        self.sync.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// `rdma_migrate_id`: moves the id and its queued events to `to` (a new private channel
+    /// when `None`, making the id sync), once the events it already handed out are acknowledged.
+    pub fn migrate(&self, to: Option<Arc<EventChannel>>) -> Result<()> {
+        if to.is_none() && self.is_sync() {
+            return Err(Errno::EINVAL);
+        }
+        let make_sync = to.is_none();
+        let to = match to {
+            Some(c) => c,
+            None => EventChannel::new()?,
+        };
+        let me = self.arc();
+        let mut st = lock(&self.st);
+        while super::channel::has_unacked(self) {
+            st = self.acked.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let old = std::mem::replace(&mut *lock(&self.channel), to.clone());
+        for e in old.take_events_of(&me) {
+            to.post(e);
+        }
+        self.sync.store(make_sync, std::sync::atomic::Ordering::Release);
+        // SAFETY: under the state lock.
+        unsafe { self.raw.get_mut().channel = to.raw.as_ptr() };
+        Ok(())
     }
 
     pub(super) fn channel(&self) -> Arc<EventChannel> {
@@ -415,7 +446,7 @@ impl CmId {
     /// Sync ids: waits for the event the last call produces, as librdmacm's `ucma_complete`:
     /// acks the previous `id->event`, stores the new one there, and maps its status to errno.
     pub(super) fn complete(&self) -> Result<()> {
-        if !self.sync {
+        if !self.is_sync() {
             return Ok(());
         }
         self.ack_held_event();
@@ -641,7 +672,7 @@ impl CmId {
     /// channel (a private one for sync listeners), port space and saved endpoint attributes.
     pub(super) fn new_request_id(&self, m: &Msg) -> Result<Arc<CmId>> {
         // A sync listener's new ids get their own private channel (they are sync too).
-        let channel = if self.sync { None } else { Some(self.channel()) };
+        let channel = if self.is_sync() { None } else { Some(self.channel()) };
         let raw = self.raw.get();
         let nid = CmId::create(channel, raw.context, self.ps, raw.qp_type)?;
         let local = addr_from_wire(&m.dst);
@@ -743,6 +774,90 @@ impl CmId {
         unix::send(conn.as_raw_fd(), m.as_bytes(), &[])
     }
 
+    /// The QP attributes and mask that move a QP of this id to `state` (INIT, RTR or RTS),
+    /// as the kernel's rdma_cm computes them: `rdma_init_qp_attr`, and our own transitions.
+    fn qp_attr_for(
+        &self,
+        state: u32,
+        peer_qpn: u32,
+        params: ConnParams,
+    ) -> Result<(ibv_qp_attr, u32)> {
+        use ibv_qp_attr_mask as M;
+        // SAFETY: all-zero is a valid ibv_qp_attr.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = state;
+        let ud = self.is_ud();
+        let mask = match state {
+            ibv_qp_state::IBV_QPS_INIT => {
+                a.port_num = device::PORT;
+                a.pkey_index = 0;
+                if ud {
+                    a.qkey = super::ud::UDP_QKEY;
+                    M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0
+                } else {
+                    a.qp_access_flags = crate::verbs::mr::ACCESS_REMOTE_WRITE
+                        | crate::verbs::mr::ACCESS_REMOTE_READ
+                        | crate::verbs::mr::ACCESS_REMOTE_ATOMIC;
+                    M::IBV_QP_STATE.0
+                        | M::IBV_QP_PKEY_INDEX.0
+                        | M::IBV_QP_PORT.0
+                        | M::IBV_QP_ACCESS_FLAGS.0
+                }
+            }
+            ibv_qp_state::IBV_QPS_RTR if ud => M::IBV_QP_STATE.0,
+            ibv_qp_state::IBV_QPS_RTR => {
+                let remote = lock(&self.st).remote.ok_or(Errno::EINVAL)?;
+                if peer_qpn == 0 {
+                    return Err(Errno::EINVAL); // no peer yet
+                }
+                a.path_mtu = ibv_mtu::IBV_MTU_4096;
+                a.dest_qp_num = peer_qpn;
+                a.rq_psn = 0;
+                a.max_dest_rd_atomic = params.responder_resources;
+                a.min_rnr_timer = 12;
+                a.ah_attr.is_global = 1;
+                a.ah_attr.port_num = device::PORT;
+                a.ah_attr.grh.dgid.raw = gid_of_addr(&remote);
+                a.ah_attr.grh.hop_limit = 64;
+                M::IBV_QP_STATE.0
+                    | M::IBV_QP_AV.0
+                    | M::IBV_QP_PATH_MTU.0
+                    | M::IBV_QP_DEST_QPN.0
+                    | M::IBV_QP_RQ_PSN.0
+                    | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
+                    | M::IBV_QP_MIN_RNR_TIMER.0
+            }
+            ibv_qp_state::IBV_QPS_RTS if ud => {
+                a.sq_psn = 0;
+                M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0
+            }
+            ibv_qp_state::IBV_QPS_RTS => {
+                a.timeout = 14;
+                a.retry_cnt = params.retry_count;
+                a.rnr_retry = params.rnr_retry_count;
+                a.sq_psn = 0;
+                a.max_rd_atomic = params.initiator_depth;
+                M::IBV_QP_STATE.0
+                    | M::IBV_QP_TIMEOUT.0
+                    | M::IBV_QP_RETRY_CNT.0
+                    | M::IBV_QP_RNR_RETRY.0
+                    | M::IBV_QP_SQ_PSN.0
+                    | M::IBV_QP_MAX_QP_RD_ATOMIC.0
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        Ok((a, mask))
+    }
+
+    /// `rdma_init_qp_attr`: for a QP the application creates and moves itself.
+    pub fn init_qp_attr(&self, state: u32) -> Result<(ibv_qp_attr, u32)> {
+        let (peer, params) = {
+            let st = lock(&self.st);
+            (st.peer_qpn, st.params)
+        };
+        self.qp_attr_for(state, peer, params)
+    }
+
     /// Brings our QP (if any) through RTR to RTS towards the peer.
     fn connect_qp(&self, peer_qpn: u32, params: ConnParams) -> Result<()> {
         let qpp = self.raw.get().qp;
@@ -750,45 +865,10 @@ impl CmId {
             return Ok(());
         }
         let Ok(q) = qp::lookup(qpp) else { return Ok(()) };
-        let (remote, local) = {
-            let st = lock(&self.st);
-            (st.remote.ok_or(Errno::EINVAL)?, st.local.ok_or(Errno::EINVAL)?)
-        };
-        let _ = local;
-        // SAFETY: all-zero is a valid ibv_qp_attr.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = ibv_mtu::IBV_MTU_4096;
-        a.dest_qp_num = peer_qpn;
-        a.rq_psn = 0;
-        a.max_dest_rd_atomic = params.responder_resources;
-        a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = device::PORT;
-        a.ah_attr.grh.dgid.raw = gid_of_addr(&remote);
-        a.ah_attr.grh.hop_limit = 64;
-        use ibv_qp_attr_mask as M;
-        let rtr = M::IBV_QP_STATE.0
-            | M::IBV_QP_AV.0
-            | M::IBV_QP_PATH_MTU.0
-            | M::IBV_QP_DEST_QPN.0
-            | M::IBV_QP_RQ_PSN.0
-            | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
-            | M::IBV_QP_MIN_RNR_TIMER.0;
-        q.modify(&a, rtr)?;
-        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = 14;
-        a.retry_cnt = params.retry_count;
-        a.rnr_retry = params.rnr_retry_count;
-        a.sq_psn = 0;
-        a.max_rd_atomic = params.initiator_depth;
-        let rts = M::IBV_QP_STATE.0
-            | M::IBV_QP_TIMEOUT.0
-            | M::IBV_QP_RETRY_CNT.0
-            | M::IBV_QP_RNR_RETRY.0
-            | M::IBV_QP_SQ_PSN.0
-            | M::IBV_QP_MAX_QP_RD_ATOMIC.0;
-        q.modify(&a, rts)
+        let (a, m) = self.qp_attr_for(ibv_qp_state::IBV_QPS_RTR, peer_qpn, params)?;
+        q.modify(&a, m)?;
+        let (a, m) = self.qp_attr_for(ibv_qp_state::IBV_QPS_RTS, peer_qpn, params)?;
+        q.modify(&a, m)
     }
 
     fn qp_to_error(&self) {
@@ -1005,7 +1085,7 @@ impl CmId {
             State::Disconnected => {
                 // The peer disconnected first: answer it; the DISCONNECTED event is queued.
                 let _ = self.send(&Msg::new(proto::DREP));
-                if self.raw.get().event.is_null() || self.sync {
+                if self.raw.get().event.is_null() || self.is_sync() {
                     self.complete_if_pending()
                 } else {
                     Ok(())
@@ -1017,7 +1097,7 @@ impl CmId {
 
     /// Sync ids whose DISCONNECTED is already queued pick it up; otherwise nothing to wait for.
     fn complete_if_pending(&self) -> Result<()> {
-        if !self.sync {
+        if !self.is_sync() {
             return Ok(());
         }
         let pending = lock(&self.st).outstanding > (!self.raw.get().event.is_null()) as u32;
@@ -1062,7 +1142,13 @@ impl CmId {
                     ..Default::default()
                 };
                 if self.raw.get().qp.is_null() {
-                    lock(&self.st).state = State::RespRcvd;
+                    let mut st = lock(&self.st);
+                    st.state = State::RespRcvd;
+                    st.params.initiator_depth =
+                        st.params.initiator_depth.min(m.responder_resources);
+                    st.params.responder_resources =
+                        st.params.responder_resources.min(m.initiator_depth);
+                    drop(st);
                     self.post_event(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, reported, None);
                     return;
                 }
@@ -1181,7 +1267,7 @@ impl CmId {
 
     /// Sync listeners: waits for the next CONNECT_REQUEST and returns its new id.
     pub fn get_request(&self) -> Result<Arc<CmId>> {
-        if !self.sync || self.state() != State::Listen {
+        if !self.is_sync() || self.state() != State::Listen {
             return Err(Errno::EINVAL);
         }
         self.ack_held_event();

@@ -3,6 +3,7 @@
 //! A completion channel's fd is a real eventfd in semaphore mode: one count per pending CQ
 //! event, so `poll()`, `epoll` and `O_NONBLOCK` (`EAGAIN`) behave as with the kernel.
 
+use super::cq_ex::CqAlloc;
 use super::device::Context;
 use super::objects;
 use super::qp::Qp;
@@ -129,20 +130,69 @@ impl CompChannel {
 
 #[derive(Default)]
 pub struct CqState {
-    wcs: VecDeque<Wc>,
+    /// Completions with the time they were produced (0 unless the CQ asked for timestamps).
+    wcs: VecDeque<(Wc, u64)>,
     /// 0: not armed; 1: next completion; 2: next solicited or error completion.
     armed: u8,
     pub events_read: u32,
     events_acked: u32,
 }
 
+/// The C struct of a CQ. Every CQ is allocated as a `cq_ex::CqAlloc`: an `ibv_cq_ex` (whose
+/// leading fields are the `ibv_cq` layout) followed by the extended-poll cursor, so the address
+/// handed out serves both `ibv_cq` and `ibv_cq_ex` callers. Legacy CQs leave the extended
+/// function pointers NULL, as libibverbs does.
+pub struct CqRaw(CBox<CqAlloc>);
+
+impl CqRaw {
+    fn zeroed() -> CqRaw {
+        CqRaw(CBox::zeroed())
+    }
+
+    /// The `ibv_cq` handed out (the same address as the `ibv_cq_ex`).
+    pub fn as_ptr(&self) -> *mut ibv_cq {
+        self.0.as_ptr().cast()
+    }
+
+    pub fn ex_ptr(&self) -> *mut ibv_cq_ex {
+        self.0.as_ptr().cast()
+    }
+
+    pub fn alloc_ptr(&self) -> *mut CqAlloc {
+        self.0.as_ptr()
+    }
+
+    pub fn addr(&self) -> usize {
+        self.0.addr()
+    }
+
+    /// The public `ibv_cq` fields.
+    pub fn get(&self) -> &ibv_cq {
+        // SAFETY: ibv_cq is a layout prefix of ibv_cq_ex (checked at compile time in cq_ex),
+        // the first member of the live allocation.
+        unsafe { &*self.as_ptr() }
+    }
+
+    /// Mutates the public `ibv_cq` fields.
+    ///
+    /// # Safety
+    /// As `CBox::get_mut`: the caller holds the CQ's lock or the struct is not yet published.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn get_mut(&self) -> &mut ibv_cq {
+        // SAFETY: as in get(); exclusive access per the function's contract.
+        unsafe { &mut *self.as_ptr() }
+    }
+}
+
 pub struct Cq {
-    pub raw: CBox<ibv_cq>,
+    pub raw: CqRaw,
     pub ctx: Arc<Context>,
     pub channel: Option<Arc<CompChannel>>,
     pub st: Mutex<CqState>,
     acked: Condvar,
     qps: Mutex<Vec<Weak<Qp>>>,
+    /// Extended CQs created with a timestamp `wc_flag`: stamp each completion when produced.
+    stamp: bool,
 }
 
 impl Cq {
@@ -153,10 +203,38 @@ impl Cq {
         channel: Option<Arc<CompChannel>>,
         comp_vector: i32,
     ) -> Result<*mut ibv_cq> {
+        Self::create_with(ctx, cqe, cq_context, channel, comp_vector, false, |_| {})
+    }
+
+    /// `ibv_create_cq_ex`: the same CQ, with `init` filling the `ibv_cq_ex` part (its poll and
+    /// reader functions) before the CQ is published; `stamp` timestamps every completion.
+    pub fn create_ex(
+        ctx: Arc<Context>,
+        cqe: i32,
+        cq_context: *mut libc::c_void,
+        channel: Option<Arc<CompChannel>>,
+        comp_vector: i32,
+        stamp: bool,
+        init: impl FnOnce(&mut ibv_cq_ex),
+    ) -> Result<*mut ibv_cq_ex> {
+        Self::create_with(ctx, cqe, cq_context, channel, comp_vector, stamp, init).map(|p| p.cast())
+    }
+
+    fn create_with(
+        ctx: Arc<Context>,
+        cqe: i32,
+        cq_context: *mut libc::c_void,
+        channel: Option<Arc<CompChannel>>,
+        comp_vector: i32,
+        stamp: bool,
+        init: impl FnOnce(&mut ibv_cq_ex),
+    ) -> Result<*mut ibv_cq> {
         if cqe < 1 || cqe as u32 > super::device::MAX_CQE || !(0..1).contains(&comp_vector) {
             return Err(Errno::EINVAL);
         }
-        let raw: CBox<ibv_cq> = CBox::zeroed();
+        let raw = CqRaw::zeroed();
+        // SAFETY: not yet published.
+        init(unsafe { &mut (*raw.alloc_ptr()).ex });
         // SAFETY: not yet published.
         let r = unsafe { raw.get_mut() };
         r.context = ctx.ptr();
@@ -176,6 +254,7 @@ impl Cq {
             st: Mutex::new(CqState::default()),
             acked: Condvar::new(),
             qps: Mutex::new(Vec::new()),
+            stamp,
         });
         objects().cqs.insert(p as usize, cq);
         Ok(p)
@@ -217,8 +296,9 @@ impl Cq {
 
     /// Adds a completion and raises the channel event if the CQ is armed for it.
     pub fn push(&self, wc: Wc) {
+        let ts = if self.stamp { super::cq_ex::now_ns() } else { 0 };
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        st.wcs.push_back(wc);
+        st.wcs.push_back((wc, ts));
         let fire = match st.armed {
             1 => true,
             2 => wc.solicited || wc.status != ibv_wc_status::IBV_WC_SUCCESS,
@@ -241,7 +321,7 @@ impl Cq {
         let mut n = 0;
         while n < out.len() {
             match st.wcs.pop_front() {
-                Some(wc) => {
+                Some((wc, _)) => {
                     wc.write_to(&mut out[n]);
                     n += 1;
                 }
@@ -249,6 +329,16 @@ impl Cq {
             }
         }
         n
+    }
+
+    /// Extended polling: takes one completion and its timestamp, after running the QPs feeding
+    /// this CQ if `progress` (`ibv_start_poll` does, `ibv_next_poll` does not).
+    pub fn take_one(&self, progress: bool) -> Option<(Wc, u64)> {
+        if progress {
+            POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
+            self.progress_qps();
+        }
+        self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front()
     }
 
     fn progress_qps(&self) {
@@ -265,18 +355,15 @@ impl Cq {
     }
 
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        if self.channel.is_none() {
-            // Allowed (events go nowhere), as with the kernel.
-        }
-        {
-            let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-            if st.armed == 0 {
-                ARMED_CQS.fetch_add(1, Ordering::Relaxed);
-            }
-            st.armed = if solicited_only { 2 } else { 1 };
-        }
-        // Anything that already arrived must raise the event now, not after the next message.
+        // What already arrived becomes completions first, without an event (the hardware would
+        // have queued them before the arm); only later completions raise the event. A CQ without
+        // a channel may be armed too: the event goes nowhere, as with the kernel.
         self.progress_qps();
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        if st.armed == 0 {
+            ARMED_CQS.fetch_add(1, Ordering::Relaxed);
+        }
+        st.armed = if solicited_only { 2 } else { 1 };
         Ok(())
     }
 

@@ -4,12 +4,11 @@
 //! it), active MTU 4096, GIDs are this host's IP addresses in IPv4-mapped IPv6 form.
 
 use super::objects;
-use crate::errno::{check, Errno, Result};
+use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 pub const DEVICE_NAME: &str = "soft0";
@@ -120,7 +119,8 @@ pub fn gid_table() -> Vec<[u8; 16]> {
 /// libibverbs lays it out, so `verbs_get_ctx()` in inlined code finds the extended part.
 pub struct Context {
     pub vctx: CBox<verbs_context>,
-    async_fd: OwnedFd,
+    /// Asynchronous events; its eventfd is `async_fd`.
+    pub events: super::async_event::AsyncQueue,
 }
 
 impl Context {
@@ -133,11 +133,7 @@ impl Context {
         if !is_device(device) {
             return Err(Errno::EINVAL);
         }
-        // SAFETY: plain eventfd(2) call; async events are not generated yet, the fd only has to
-        // be a real pollable descriptor.
-        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-        // SAFETY: fd was just created and is owned here.
-        let async_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let events = super::async_event::AsyncQueue::new()?;
         let vctx: CBox<verbs_context> = CBox::zeroed();
         // SAFETY: not yet published.
         let v = unsafe { vctx.get_mut() };
@@ -145,18 +141,21 @@ impl Context {
         v.context.device = device;
         v.context.ops = ops;
         v.context.cmd_fd = -1;
-        v.context.async_fd = async_fd.as_raw_fd();
+        v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
         // libibverbs marks an extended context with abi_compat = __VERBS_ABI_IS_EXTENDED (all ones).
         v.context.abi_compat = usize::MAX as *mut libc::c_void;
-        let ctx = Arc::new(Context { vctx, async_fd });
+        // Extended verbs: the ops the inline wrappers of verbs.h call (ibv_query_port,
+        // ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex); the others stay NULL.
+        crate::abi::verbs_ex::fill_context_ops(v);
+        let ctx = Arc::new(Context { vctx, events });
         let p = ctx.ptr();
         objects().contexts.insert(p as usize, ctx);
         Ok(p)
     }
 
     pub fn async_fd(&self) -> i32 {
-        self.async_fd.as_raw_fd()
+        self.events.fd()
     }
 }
 

@@ -2,11 +2,15 @@
 //! channel, QP state machine and work requests, SRQ, AH.
 
 pub mod ah;
+pub mod async_event;
 pub mod cq;
+pub mod cq_ex;
 pub mod device;
+pub mod device_ex;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod qp_ex;
 pub mod rc;
 pub mod srq;
 pub mod ud;

@@ -80,6 +80,8 @@ pub struct QpState {
     pending_hello: Option<(OwnedFd, Hello, Vec<OwnedFd>)>,
     /// The peer's QP is gone (or could not be reached).
     pub(super) peer_gone: bool,
+    /// When the transport retries towards a silent peer run out.
+    pub(super) retry_deadline: Option<std::time::Instant>,
     /// UD: multicast groups this QP is attached to, with the marker socket of each.
     mcast: Vec<([u8; 16], OwnedFd)>,
 }
@@ -250,6 +252,7 @@ impl Qp {
                 link: None,
                 pending_hello: None,
                 peer_gone: false,
+                retry_deadline: None,
                 mcast: Vec::new(),
             }),
             me: me.clone(),
@@ -430,6 +433,7 @@ impl Qp {
                 st.link = None;
                 st.pending_hello = None;
                 st.peer_gone = false;
+                st.retry_deadline = None;
                 st.pushed = 0;
                 self.set_state(&mut st, IBV_QPS_RESET);
             }
@@ -464,8 +468,9 @@ impl Qp {
             }
         } else if let Some((sock, h, fds)) = st.pending_hello.take() {
             if h.from_qpn == dest {
-                if let Ok(l) = Link::accept(self.qpn, sock, &h, fds) {
-                    self.attach(st, l);
+                match Link::accept(self.qpn, sock, &h, fds) {
+                    Ok(l) => self.attach(st, l),
+                    Err(_) => st.peer_gone = true,
                 }
             }
         }
@@ -498,6 +503,7 @@ impl Qp {
             );
         }
         st.link = Some(l);
+        st.retry_deadline = None;
     }
 
     /// A peer's handshake arrived at our socket.
@@ -505,8 +511,9 @@ impl Qp {
         let mut st = lock(&self.st);
         let ready = matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS) && st.link.is_none();
         if ready && st.attr.dest_qp_num == h.from_qpn {
-            if let Ok(l) = Link::accept(self.qpn, sock, &h, fds) {
-                self.attach(&mut st, l);
+            match Link::accept(self.qpn, sock, &h, fds) {
+                Ok(l) => self.attach(&mut st, l),
+                Err(_) => st.peer_gone = true,
             }
         } else if matches!(st.state, IBV_QPS_RESET | IBV_QPS_INIT) {
             st.pending_hello = Some((sock, h, fds));
@@ -563,7 +570,17 @@ impl Qp {
         opcode: u32,
     ) {
         cq.push(Wc { wr_id, status, opcode, qp_num: self.qpn, ..Wc::default() });
+        self.fail(st);
+    }
+
+    /// Moves to ERR because of an error (not a modify): flushes, and reports `IBV_EVENT_QP_FATAL`
+    /// on the context's async events, as rxe does.
+    pub(super) fn fail(&self, st: &mut QpState) {
         self.to_error(st);
+        self.ctx.events.post(
+            ibv_event_type::IBV_EVENT_QP_FATAL,
+            crate::verbs::async_event::Element::Qp(self.ptr() as usize),
+        );
     }
 
     /// Validates and queues one send request.
@@ -628,6 +645,9 @@ impl Qp {
             return Ok(());
         }
         st.rq.push_back(w);
+        // A message may be waiting for exactly this receive (RNR): take it now, as the
+        // application may block on its channel next.
+        self.consume(&mut st);
         Ok(())
     }
 

@@ -15,6 +15,7 @@ use crate::provider::soft::ring::*;
 use crate::sys::*;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ibv_qp_state::*;
 use ibv_wc_opcode::*;
@@ -80,8 +81,11 @@ pub struct Inflight {
     pub signaled: bool,
     pub wc_opcode: u32,
     pub len: u32,
-    /// Ring sequence number just past the request's last segment.
+    /// Ring sequence numbers of the request's first segment and just past its last.
+    pub start_seq: u64,
     pub end_seq: u64,
+    /// The responder has no receive for it (RNR NAK): when the retries run out.
+    pub rnr_deadline: Option<Instant>,
     /// READ and atomics complete on their response, the others on acknowledgement.
     pub awaits_response: bool,
     pub done: bool,
@@ -205,7 +209,9 @@ impl Qp {
                 signaled: w.signaled || self.sq_sig_all,
                 wc_opcode: w.wc_opcode(),
                 len: w.len as u32,
+                start_seq: ring.head() - message_slots(data_len as u32),
                 end_seq: ring.head(),
+                rnr_deadline: None,
                 awaits_response: awaits,
                 done: false,
                 error: None,
@@ -370,11 +376,25 @@ impl Qp {
             let h = unsafe { hp.read_volatile() };
             let n = (h.seg_len as usize).min(SEG_DATA);
             let last = h.flags & SEG_LAST != 0;
+            let request = !matches!(h.opcode, OP_READ_RESP | OP_ATOMIC_RESP | OP_NAK);
+            if request && st.cur_in.is_none() && ring.is_closed() {
+                // The requester moved to error or is gone: it reported these requests as
+                // flushed, so they must not take effect here either.
+                ring.consume(1);
+                consumed = true;
+                continue;
+            }
             match h.opcode {
                 OP_SEND => {
                     if st.cur_in.is_none() {
                         if !self.has_recv(st) {
-                            break; // receiver not ready: the message waits (RNR, retried forever)
+                            if let Some(srq) = &self.srq {
+                                srq.starved.store(true, Ordering::Release);
+                            }
+                            // Receiver not ready: the message waits, and the requester sees an
+                            // RNR NAK (it retries per its rnr_retry, 7 = forever).
+                            ring.set_rnr(seq, st.attr.min_rnr_timer);
+                            break;
                         }
                         let wqe = self.next_recv(st).expect("checked");
                         let status = if (h.msg_len as u64) > wqe.sges.total() {
@@ -424,7 +444,7 @@ impl Qp {
                         consumed = true;
                         self.recv_cq.push(wc);
                         if status != IBV_WC_SUCCESS {
-                            self.to_error(st);
+                            self.fail(st);
                             break;
                         }
                         continue;
@@ -452,7 +472,8 @@ impl Qp {
                     }
                     let refused = matches!(st.cur_in, Some(InMsg::Write { refused: true, .. }));
                     if last && !refused && h.flags & SEG_IMM != 0 && !self.has_recv(st) {
-                        break; // WRITE with immediate needs a receive: wait for one
+                        ring.set_rnr(seq, st.attr.min_rnr_timer); // WRITE with immediate needs a receive
+                        break;
                     }
                     if let Some(InMsg::Write { base, mr: Some(_), .. }) = &st.cur_in {
                         let dst = h.remote_addr;
@@ -626,18 +647,85 @@ impl Qp {
             }
         }
         did |= wrote;
-        let peer_closed = st.link.as_ref().is_some_and(|l| l.inn.is_closed());
-        if (st.peer_gone || peer_closed) && st.state == IBV_QPS_RTS {
-            let tail = st.link.as_ref().map_or(0, |l| l.out.tail());
+        did |= self.run_timers(&mut st);
+        did
+    }
+
+    /// RNR retries and transport retries against a peer that is gone, in virtual time: the
+    /// deadlines the IB timers would reach (`min_rnr_timer` × (`rnr_retry` + 1), 7 = forever;
+    /// 4.096 µs × 2^`timeout` × (`retry_cnt` + 1), timeout 0 = forever).
+    fn run_timers(&self, st: &mut QpState) -> bool {
+        if st.state != IBV_QPS_RTS {
+            return false;
+        }
+        let Some(link) = st.link.clone() else {
+            // Not connected (the peer QP is gone, or never reached RTR): queued requests time out
+            // as unanswered packets would.
+            return !st.sq.is_empty() && self.retry_expired(st);
+        };
+        let now = Instant::now();
+        if let Some((seq, timer)) = link.out.rnr() {
+            let rnr_retry = st.attr.rnr_retry;
+            if let Some(f) =
+                st.inflight.iter_mut().find(|f| f.start_seq == seq && f.error.is_none())
+            {
+                if rnr_retry < 7 {
+                    let deadline = *f
+                        .rnr_deadline
+                        .get_or_insert_with(|| now + rnr_delay(timer) * (rnr_retry as u32 + 1));
+                    if now >= deadline {
+                        f.error = Some(IBV_WC_RNR_RETRY_EXC_ERR);
+                        let t = link.out.tail();
+                        return self.reap(st, t);
+                    }
+                    if let Ok(e) = crate::provider::soft::engine::engine() {
+                        e.wake_at(deadline);
+                    }
+                }
+            }
+        }
+        let peer_closed = link.inn.is_closed();
+        if st.peer_gone || peer_closed {
+            let tail = link.out.tail();
             let settled = st.sq.is_empty()
                 && st.inflight.iter().all(|f| !f.awaits_response && f.end_seq <= tail);
             if !settled {
-                self.fail_unreachable(&mut st);
-                did = true;
+                return self.retry_expired(st);
             }
         }
-        did
+        false
     }
+
+    /// The peer stopped answering: fails the oldest request once the transport retries are
+    /// used up.
+    fn retry_expired(&self, st: &mut QpState) -> bool {
+        let timeout = st.attr.timeout;
+        if timeout == 0 {
+            return false; // infinite
+        }
+        let budget =
+            Duration::from_nanos(4096u64 << timeout.min(31)) * (st.attr.retry_cnt as u32 + 1);
+        let deadline = *st.retry_deadline.get_or_insert_with(|| Instant::now() + budget);
+        if Instant::now() >= deadline {
+            st.retry_deadline = None;
+            self.fail_unreachable(st);
+            return true;
+        }
+        if let Ok(e) = crate::provider::soft::engine::engine() {
+            e.wake_at(deadline);
+        }
+        false
+    }
+}
+
+/// The RNR NAK delay of an encoded `min_rnr_timer` (IBA table 45).
+pub fn rnr_delay(timer: u8) -> Duration {
+    const US: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+        245_760, 327_680, 491_520,
+    ];
+    Duration::from_micros(US[(timer & 31) as usize] as u64)
 }
 
 /// Number of ring slots a message of `len` payload bytes takes.

@@ -16,6 +16,8 @@ pub struct Srq {
     pub max_sge: u32,
     pub limit: Mutex<u32>,
     pub queue: Mutex<VecDeque<RecvWqe>>,
+    /// A QP found this SRQ empty with a message waiting (RNR): the next post must wake it.
+    pub starved: std::sync::atomic::AtomicBool,
 }
 
 impl Srq {
@@ -50,6 +52,7 @@ impl Srq {
                 max_sge: attr.max_sge,
                 limit: Mutex::new(attr.srq_limit),
                 queue: Mutex::new(VecDeque::new()),
+                starved: std::sync::atomic::AtomicBool::new(false),
             }),
         );
         Ok(p)
@@ -84,7 +87,22 @@ impl Srq {
         Ok(())
     }
 
+    /// Takes the oldest receive; an armed limit that the queue drops below raises
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED` once (the limit disarms, as the verbs spec says).
     pub fn pop(&self) -> Option<RecvWqe> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let w = q.pop_front()?;
+        let left = q.len() as u32;
+        drop(q);
+        let mut limit = self.limit.lock().unwrap_or_else(|e| e.into_inner());
+        if *limit > 0 && left < *limit {
+            *limit = 0;
+            drop(limit);
+            self.pd.ctx.events.post(
+                ibv_event_type::IBV_EVENT_SRQ_LIMIT_REACHED,
+                super::async_event::Element::Srq(self.raw.addr()),
+            );
+        }
+        Some(w)
     }
 }

@@ -49,14 +49,21 @@ impl UdHdr {
 
 pub const HDR_LEN: usize = std::mem::size_of::<UdHdr>();
 
-/// Sends one datagram to `dst_qpn`. A receiver that is gone or whose queue stays full drops it,
-/// as an unreliable datagram service may.
+/// Sends one datagram to `dst_qpn`. A receiver that is gone drops it, as an unreliable datagram
+/// service may. A receiver whose socket queue is full (unix datagram queues hold only
+/// `net.unix.max_dgram_qlen` messages, 10 by default, until its progress thread drains them) gets
+/// up to 200 ms to catch up before the datagram is dropped, so a burst is not lost on a busy host.
 pub fn send(sock: RawFd, dst_qpn: u32, hdr: &UdHdr, payload: &[u8]) {
     let name = qp_name(dst_qpn);
-    for _ in 0..20 {
+    let limit = std::time::Duration::from_millis(200);
+    let mut wait = std::time::Duration::from_micros(20);
+    let mut waited = std::time::Duration::ZERO;
+    loop {
         match unix::send_dgram(sock, &name, &[hdr.as_bytes(), payload]) {
-            Err(e) if e == crate::Errno::EAGAIN => {
-                std::thread::sleep(std::time::Duration::from_micros(200))
+            Err(e) if e == crate::Errno::EAGAIN && waited < limit => {
+                std::thread::sleep(wait);
+                waited += wait;
+                wait = (wait * 2).min(std::time::Duration::from_millis(5));
             }
             _ => return,
         }

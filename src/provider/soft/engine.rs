@@ -79,6 +79,8 @@ impl Bell {
 }
 
 pub struct Engine {
+    /// The earliest time some QP needs its timers looked at (RNR and transport retries).
+    deadline: Mutex<Option<std::time::Instant>>,
     epfd: OwnedFd,
     bell: Bell,
     handlers: Mutex<HashMap<RawFd, Handler>>,
@@ -105,6 +107,7 @@ impl Engine {
             libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, bell.efd.as_raw_fd(), &mut ev)
         })?;
         let e = Arc::new(Engine {
+            deadline: Mutex::new(None),
             epfd,
             bell,
             handlers: Mutex::new(HashMap::new()),
@@ -151,6 +154,28 @@ impl Engine {
         self.handlers.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
     }
 
+    /// Makes the progress thread run by `at` even if nothing else wakes it.
+    pub fn wake_at(&self, at: std::time::Instant) {
+        let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        if d.is_none_or(|cur| at < cur) {
+            *d = Some(at);
+            drop(d);
+            self.kick();
+        }
+    }
+
+    /// Milliseconds until the timer deadline (rounded up), if one is set.
+    fn timer_ms(&self) -> Option<i32> {
+        let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        let at = (*d)?;
+        let now = std::time::Instant::now();
+        if at <= now {
+            *d = None;
+            return Some(0);
+        }
+        Some((at - now).as_micros().div_ceil(1000).min(i32::MAX as u128) as i32)
+    }
+
     pub fn add_pollable(&self, p: Weak<dyn Pollable>) {
         self.pollables.lock().unwrap_or_else(|e| e.into_inner()).push(p);
         self.kick();
@@ -190,6 +215,11 @@ impl Engine {
                 } else {
                     -1
                 }
+            };
+            let timeout = match (self.timer_ms(), timeout) {
+                (Some(t), -1) => t,
+                (Some(t), o) => t.min(o),
+                (None, o) => o,
             };
             // SAFETY: events is a valid buffer of 64 epoll_event.
             let n = unsafe {

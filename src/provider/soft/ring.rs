@@ -64,6 +64,9 @@ pub struct RingCtl {
     pub tail: Counter,
     /// Set by an endpoint that will never touch the ring again (QP destroyed or in error).
     pub closed: Counter,
+    /// Set by the consumer while a message waits for a receive (the RNR NAK): the sequence
+    /// number just past its first segment, with the consumer's `min_rnr_timer` in the top byte.
+    pub rnr: Counter,
 }
 
 /// The layout of a link's segment: two control blocks, then two slot arrays.
@@ -140,6 +143,20 @@ impl Ring {
     pub fn consume(&self, n: u64) {
         let c = &self.ctl().tail.value;
         c.store(c.load(Ordering::Relaxed) + n, Ordering::Release);
+    }
+
+    /// Consumer: the message starting at `seq` waits for a receive; `timer` is min_rnr_timer.
+    pub fn set_rnr(&self, seq: u64, timer: u8) {
+        let v = ((seq + 1) & ((1 << 56) - 1)) | ((timer as u64) << 56);
+        self.ctl().rnr.value.store(v, Ordering::Release);
+    }
+
+    /// Producer: `Some((seq, timer))` if the message starting at `seq` got an RNR NAK and is
+    /// still not consumed.
+    pub fn rnr(&self) -> Option<(u64, u8)> {
+        let v = self.ctl().rnr.value.load(Ordering::Acquire);
+        let seq = (v & ((1 << 56) - 1)).checked_sub(1)?;
+        (seq >= self.tail()).then_some((seq, (v >> 56) as u8))
     }
 
     pub fn close(&self) {

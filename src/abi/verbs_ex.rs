@@ -1,0 +1,439 @@
+//! Extended verbs at the C boundary.
+//!
+//! * The `verbs_context` ops that the inline wrappers of verbs.h call ([`fill_context_ops`]):
+//!   `query_port` (the full `ibv_port_attr`), `query_device_ex`, `create_cq_ex` and
+//!   `create_qp_ex`. Every other op stays NULL, so its inline wrapper answers `EOPNOTSUPP`.
+//! * The `ibv_cq_ex` functions behind `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` and
+//!   `ibv_wc_read_*`.
+//! * The `ibv_qp_ex` functions behind `ibv_wr_*`, and the exported `ibv_qp_to_qp_ex`.
+//!
+//! None of these callbacks is an exported symbol (libibverbs does not export them either); the
+//! ones with logic run their body through [`call`] like every `entry!`, so a panic never crosses
+//! into C. The readers only load values and cannot fail.
+
+use crate::abi::{arg, call, out, NullOr, PositiveErrno};
+use crate::entry;
+use crate::errno::Errno;
+use crate::sys::*;
+use crate::verbs::cq::Cq;
+use crate::verbs::cq_ex::{self, CqAlloc, Cursor};
+use crate::verbs::device_ex;
+use crate::verbs::objects;
+use crate::verbs::qp::Qp;
+use crate::verbs::qp_ex::{self, Op, QpEx};
+use libc::{c_int, c_uint};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use ibv_wr_opcode::*;
+
+/// Installs the extended ops in a new context (called by `Context::open`).
+pub fn fill_context_ops(v: &mut verbs_context) {
+    v.query_port = Some(query_port);
+    v.query_device_ex = Some(query_device_ex);
+    v.create_cq_ex = Some(create_cq_ex);
+    v.create_qp_ex = Some(create_qp_ex);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Context ops
+
+unsafe extern "C" fn query_port(
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    call::<PositiveErrno>(move || {
+        objects().contexts.get(context)?;
+        let a = device_ex::port_attr_full(port)?;
+        // The legacy prefix (up to `flags`) is the least a caller can have compiled.
+        let min = std::mem::offset_of!(ibv_port_attr, port_cap_flags2);
+        // SAFETY: attr is valid for len bytes (the caller's sizeof).
+        unsafe { device_ex::copy_sized(&a, attr.cast(), len, min) }
+    })
+}
+
+unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    len: usize,
+) -> c_int {
+    call::<PositiveErrno>(move || {
+        objects().contexts.get(context)?;
+        // SAFETY: input is NULL or valid for reads.
+        if unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
+            return Err(Errno::EINVAL);
+        }
+        let a = device_ex::device_attr_ex();
+        let min = std::mem::size_of::<ibv_device_attr>();
+        // SAFETY: attr is valid for len bytes (the caller's sizeof).
+        unsafe { device_ex::copy_sized(&a, attr.cast(), len, min) }
+    })
+}
+
+unsafe extern "C" fn create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    call::<NullOr<ibv_cq_ex>>(move || {
+        let c = objects().contexts.get(context)?;
+        // SAFETY: attr is NULL or valid for reads.
+        let a = unsafe { arg(attr) }?;
+        cq_ex::check_init_attr(a)?;
+        let ch = if a.channel.is_null() { None } else { Some(objects().channels.get(a.channel)?) };
+        let wc_flags = a.wc_flags;
+        let vector = i32::try_from(a.comp_vector).map_err(|_| Errno::EINVAL)?;
+        Cq::create_ex(
+            c,
+            a.cqe as i32,
+            a.cq_context,
+            ch,
+            vector,
+            cq_ex::wants_stamp(wc_flags),
+            |ex| fill_cq_ops(ex, wc_flags),
+        )
+    })
+}
+
+unsafe extern "C" fn create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    call::<NullOr<ibv_qp>>(move || {
+        objects().contexts.get(context)?;
+        // SAFETY: attr is NULL or valid for reads and writes (caps are written back).
+        let a = unsafe { out(attr) }?;
+        let ex = qp_ex::check_create_attr(a)?;
+        let pd = objects().pds.get(a.pd)?;
+        if pd.ctx.ptr() != context {
+            return Err(Errno::EINVAL);
+        }
+        let mut basic = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: crate::handle::pod_copy(&a.cap),
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let p = Qp::create(pd, &mut basic)?;
+        a.cap = basic.cap;
+        let q = objects().qps.get(p)?;
+        if ex.block_self_mcast {
+            q.set_block_self_mcast(true);
+        }
+        enable(&q);
+        Ok(p)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// ibv_cq_ex
+
+fn fill_cq_ops(ex: &mut ibv_cq_ex, wc_flags: u64) {
+    let has = |f: u64| wc_flags & f != 0;
+    ex.start_poll = Some(start_poll);
+    ex.next_poll = Some(next_poll);
+    ex.end_poll = Some(end_poll);
+    // Always present, as with real providers; the others only when asked for in wc_flags.
+    ex.read_opcode = Some(read_opcode);
+    ex.read_vendor_err = Some(read_vendor_err);
+    ex.read_wc_flags = Some(read_wc_flags);
+    ex.read_byte_len = has(cq_ex::WITH_BYTE_LEN).then_some(read_byte_len);
+    ex.read_imm_data = has(cq_ex::WITH_IMM).then_some(read_imm_data);
+    ex.read_qp_num = has(cq_ex::WITH_QP_NUM).then_some(read_qp_num);
+    ex.read_src_qp = has(cq_ex::WITH_SRC_QP).then_some(read_src_qp);
+    ex.read_slid = has(cq_ex::WITH_SLID).then_some(read_slid);
+    ex.read_sl = has(cq_ex::WITH_SL).then_some(read_sl);
+    ex.read_dlid_path_bits = has(cq_ex::WITH_DLID_PATH_BITS).then_some(read_dlid_path_bits);
+    ex.read_completion_ts = has(cq_ex::WITH_TS).then_some(read_completion_ts);
+    ex.read_completion_wallclock_ns =
+        has(cq_ex::WITH_TS_WALLCLOCK).then_some(read_completion_wallclock_ns);
+}
+
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    call::<PositiveErrno>(move || {
+        // SAFETY: attr is NULL or valid for reads.
+        if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
+            return Err(Errno::EINVAL);
+        }
+        objects().cqs.get(cq)?.ex_poll(true)
+    })
+}
+
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    call::<PositiveErrno>(move || objects().cqs.get(cq)?.ex_poll(false))
+}
+
+unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {
+    // Nothing is held between start_poll and end_poll: each step takes the CQ's lock briefly.
+}
+
+/// The cursor of a CQ we allocated.
+///
+/// # Safety
+/// `cq` is NULL or the `ibv_cq_ex` of a live `CqAlloc`: these readers are installed only in
+/// ours, and C calls them with the struct it read them from.
+unsafe fn cursor<'a>(cq: *mut ibv_cq_ex) -> Option<&'a Cursor> {
+    let a = cq.cast::<CqAlloc>();
+    if a.is_null() {
+        return None;
+    }
+    // SAFETY: per the function's contract; only the cursor (atomics) is borrowed.
+    Some(unsafe { &*std::ptr::addr_of!((*a).cursor) })
+}
+
+macro_rules! readers {
+    ($($name:ident -> $t:ty = |$c:ident| $e:expr;)*) => {$(
+        unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $t {
+            // SAFETY: see cursor(); these functions are only installed in our CQs.
+            match unsafe { cursor(cq) } {
+                Some($c) => $e,
+                None => Default::default(),
+            }
+        }
+    )*};
+}
+
+readers! {
+    read_opcode -> ibv_wc_opcode::Type = |c| c.opcode.load(Relaxed);
+    read_byte_len -> u32 = |c| c.byte_len.load(Relaxed);
+    read_imm_data -> __be32 = |c| c.imm.load(Relaxed);
+    read_qp_num -> u32 = |c| c.qp_num.load(Relaxed);
+    read_src_qp -> u32 = |c| c.src_qp.load(Relaxed);
+    read_wc_flags -> c_uint = |c| c.wc_flags.load(Relaxed);
+    read_completion_ts -> u64 = |c| c.ts.load(Relaxed);
+    read_completion_wallclock_ns -> u64 = |c| cq_ex::wallclock_ns(c.ts.load(Relaxed));
+    // The soft provider is RoCE-like: no vendor error, LIDs, SL or path bits.
+    read_vendor_err -> u32 = |_c| 0;
+    read_slid -> u32 = |_c| 0;
+    read_sl -> u8 = |_c| 0;
+    read_dlid_path_bits -> u8 = |_c| 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ibv_qp_ex
+
+/// Enables a QP for the posting API (idempotent) and returns its `ibv_qp_ex`.
+fn enable(q: &Arc<Qp>) -> *mut ibv_qp_ex {
+    qp_ex::enable(q, fill_qp_ops);
+    q.raw.as_ptr()
+}
+
+fn fill_qp_ops(x: &mut ibv_qp_ex) {
+    x.wr_start = Some(wr_start);
+    x.wr_complete = Some(wr_complete);
+    x.wr_abort = Some(wr_abort);
+    x.wr_send = Some(wr_send);
+    x.wr_send_imm = Some(wr_send_imm);
+    x.wr_rdma_write = Some(wr_rdma_write);
+    x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    x.wr_rdma_read = Some(wr_rdma_read);
+    x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    x.wr_set_sge = Some(wr_set_sge);
+    x.wr_set_sge_list = Some(wr_set_sge_list);
+    x.wr_set_inline_data = Some(wr_set_inline_data);
+    x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    x.wr_set_ud_addr = Some(wr_set_ud_addr);
+    // Not supported by this provider: present so that a caller gets an error from
+    // wr_complete instead of a jump through NULL.
+    x.wr_bind_mw = Some(wr_bind_mw);
+    x.wr_local_inv = Some(wr_local_inv);
+    x.wr_send_inv = Some(wr_send_inv);
+    x.wr_send_tso = Some(wr_send_tso);
+    x.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    x.wr_atomic_write = Some(wr_atomic_write);
+}
+
+/// Runs a builder on the posting state of `qp`; builders return nothing, so a foreign pointer
+/// only sets errno.
+fn with_qp(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpEx)) {
+    call::<crate::abi::Nothing>(move || {
+        let x = qp_ex::lookup(qp)?;
+        f(&x);
+        Ok(())
+    })
+}
+
+/// An `ibv_wr_<op>` call: the caller has set `wr_id` and `wr_flags` in the `ibv_qp_ex`.
+fn with_op(qp: *mut ibv_qp_ex, op: Op) {
+    call::<crate::abi::Nothing>(move || {
+        let x = qp_ex::lookup(qp)?;
+        // SAFETY: qp is one of our live ibv_qp_ex (the lookup succeeded); C owns these two
+        // fields and set them on this thread before the call.
+        let (wr_id, flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
+        x.add(wr_id, flags, op);
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    with_qp(qp, |x| x.start());
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    call::<PositiveErrno>(move || qp_ex::lookup(qp)?.complete())
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    with_qp(qp, |x| x.abort());
+}
+
+unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+    with_op(qp, Op::new(IBV_WR_SEND));
+}
+
+unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm_data: __be32) {
+    with_op(qp, Op { imm: Some(imm_data), ..Op::new(IBV_WR_SEND_WITH_IMM) });
+}
+
+unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    with_op(qp, Op { rkey, remote_addr, ..Op::new(IBV_WR_RDMA_WRITE) });
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    imm_data: __be32,
+) {
+    with_op(
+        qp,
+        Op { rkey, remote_addr, imm: Some(imm_data), ..Op::new(IBV_WR_RDMA_WRITE_WITH_IMM) },
+    );
+}
+
+unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    with_op(qp, Op { rkey, remote_addr, ..Op::new(IBV_WR_RDMA_READ) });
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    let op =
+        Op { rkey, remote_addr, compare_add: compare, swap, ..Op::new(IBV_WR_ATOMIC_CMP_AND_SWP) };
+    with_op(qp, op);
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    with_op(qp, Op { rkey, remote_addr, compare_add: add, ..Op::new(IBV_WR_ATOMIC_FETCH_AND_ADD) });
+}
+
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let sge = ibv_sge { addr, length, lkey };
+    // SAFETY: the verbs contract makes an inline request's buffer readable at this call.
+    with_qp(qp, |x| unsafe { x.set_sges(std::slice::from_ref(&sge)) });
+}
+
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+    with_qp(qp, |x| {
+        if num_sge > 0 && sg_list.is_null() {
+            return x.fail(Errno::EINVAL);
+        }
+        let sges = if num_sge == 0 {
+            &[][..]
+        } else {
+            // SAFETY: sg_list holds num_sge entries (the API contract).
+            unsafe { std::slice::from_raw_parts(sg_list, num_sge) }
+        };
+        // SAFETY: as in wr_set_sge.
+        unsafe { x.set_sges(sges) }
+    });
+}
+
+unsafe extern "C" fn wr_set_inline_data(
+    qp: *mut ibv_qp_ex,
+    addr: *mut libc::c_void,
+    length: usize,
+) {
+    // SAFETY: the buffer is readable for length bytes (the API contract).
+    with_qp(qp, |x| unsafe { x.set_inline(&[(addr as *const u8, length)]) });
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex,
+    num_buf: usize,
+    buf_list: *const ibv_data_buf,
+) {
+    with_qp(qp, |x| {
+        if num_buf > 0 && buf_list.is_null() {
+            return x.fail(Errno::EINVAL);
+        }
+        let bufs: Vec<(*const u8, usize)> = if num_buf == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: buf_list holds num_buf entries (the API contract).
+            unsafe { std::slice::from_raw_parts(buf_list, num_buf) }
+                .iter()
+                .map(|b| (b.addr as *const u8, b.length))
+                .collect()
+        };
+        // SAFETY: every buffer is readable for its length (the API contract).
+        unsafe { x.set_inline(&bufs) }
+    });
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    with_qp(qp, |x| x.set_ud_addr(ah, remote_qpn, remote_qkey));
+}
+
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    _mw: *mut ibv_mw,
+    _rkey: u32,
+    _info: *const ibv_mw_bind_info,
+) {
+    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+}
+
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
+    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+}
+
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
+    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+}
+
+unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut libc::c_void, _sz: u16, _mss: u16) {
+    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+}
+
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
+    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+}
+
+unsafe extern "C" fn wr_atomic_write(
+    qp: *mut ibv_qp_ex,
+    _rkey: u32,
+    _remote_addr: u64,
+    _data: *const libc::c_void,
+) {
+    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+}
+
+entry! {
+    /// The `ibv_qp_ex` of one of our QPs (every QP is allocated as one), with its posting
+    /// functions filled; NULL + `EINVAL` for anything else.
+    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> NullOr<ibv_qp_ex> {
+        let q = objects().qps.get(qp)?;
+        Ok(enable(&q))
+    }
+}

@@ -1,0 +1,79 @@
+//! Extended device queries: `ibv_query_device_ex` and the full `ibv_port_attr` of the
+//! `query_port` context op (the exported `ibv_query_port` fills only the legacy prefix).
+
+use super::cq_ex;
+use super::device;
+use crate::errno::{Errno, Result};
+use crate::sys::*;
+
+/// `ibv_query_device_ex` answers: the legacy attributes plus completion timestamps (see
+/// `cq_ex`). No ODP, TSO, RSS, packet pacing, tag matching, CQ moderation or device memory.
+pub fn device_attr_ex() -> ibv_device_attr_ex {
+    // SAFETY: all-zero is a valid ibv_device_attr_ex.
+    let mut a: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+    device::device_attr(&mut a.orig_attr);
+    a.comp_mask = 0;
+    a.completion_timestamp_mask = cq_ex::TIMESTAMP_MASK;
+    a.hca_core_clock = cq_ex::CORE_CLOCK_KHZ;
+    a.device_cap_flags_ex = a.orig_attr.device_cap_flags as u64;
+    a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt as u32;
+    a
+}
+
+/// Copies `src` into a caller struct of `len` bytes that starts with the same layout (an older
+/// or newer build of the struct): the common prefix is copied, a longer tail is zeroed.
+/// `EINVAL` if the caller's struct is shorter than `min`.
+///
+/// # Safety
+/// `dst` is valid for writes of `len` bytes.
+pub unsafe fn copy_sized<T>(src: &T, dst: *mut u8, len: usize, min: usize) -> Result<()> {
+    if dst.is_null() || len < min {
+        return Err(Errno::EINVAL);
+    }
+    let n = len.min(std::mem::size_of::<T>());
+    // SAFETY: src is a plain C struct of size_of::<T>() >= n bytes; dst holds len >= n bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping((src as *const T).cast::<u8>(), dst, n);
+        std::ptr::write_bytes(dst.add(n), 0, len - n);
+    }
+    Ok(())
+}
+
+/// The full `ibv_port_attr` of port `port`, `EINVAL` for another port.
+pub fn port_attr_full(port: u8) -> Result<ibv_port_attr> {
+    if port != device::PORT {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: all-zero is a valid ibv_port_attr.
+    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    device::port_attr(&mut a);
+    Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_ex() {
+        let a = device_attr_ex();
+        assert_eq!(a.orig_attr.phys_port_cnt, 1);
+        assert_ne!(a.completion_timestamp_mask, 0);
+        assert_eq!(a.hca_core_clock, cq_ex::CORE_CLOCK_KHZ);
+    }
+
+    #[test]
+    fn sized_copy() {
+        let src: [u8; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+        let mut dst = [0xffu8; 12];
+        // SAFETY: dst holds 12 bytes.
+        unsafe { copy_sized(&src, dst.as_mut_ptr(), 12, 4) }.unwrap();
+        assert_eq!(dst, [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0]);
+        let mut short = [0u8; 6];
+        // SAFETY: short holds 6 bytes.
+        unsafe { copy_sized(&src, short.as_mut_ptr(), 6, 4) }.unwrap();
+        assert_eq!(short, [1, 2, 3, 4, 5, 6]);
+        // SAFETY: as above.
+        assert_eq!(unsafe { copy_sized(&src, short.as_mut_ptr(), 3, 4) }, Err(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,445 @@
+//! The extended posting API of `ibv_qp_ex` (`ibv_wr_start`, `ibv_wr_send`, `ibv_wr_set_sge`, …,
+//! `ibv_wr_complete`) and the validation of `ibv_create_qp_ex` attributes.
+//!
+//! Every QP is allocated as an `ibv_qp_ex` (see `Qp::raw`). The first time a QP is used with this
+//! API (`ibv_create_qp_ex`, `ibv_qp_to_qp_ex`), [`enable`] registers it here and fills its
+//! function pointers. Between `wr_start` and `wr_complete` the work requests being built are kept
+//! in this module, keyed by the QP's address, and `wr_complete` posts them in order through
+//! `Qp::post_send` — the same path as `ibv_post_send`, so both APIs can be mixed on one QP.
+//!
+//! Errors are reported as real providers do: the builders return nothing, so a problem they meet
+//! (an unsupported operation, a bad address handle, data before an operation) is remembered and
+//! `wr_complete` returns it without posting anything. `wr_complete` checks the whole batch (shape
+//! of every request, QP state, room in the send queue) before posting the first request, so a
+//! batch is all-or-nothing except for a race with another thread posting to the same QP.
+
+use super::objects;
+use super::qp::{Qp, Sgl};
+use super::rc::{Payload, SendWqe};
+use super::ud::UdDest;
+use crate::errno::{Errno, Result};
+use crate::sys::*;
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::mem::offset_of;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use ibv_wr_opcode::*;
+
+/// `send_ops_flags` this provider implements.
+pub const SUPPORTED_SEND_OPS: u64 = (ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND_WITH_IMM.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_READ.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0)
+    as u64;
+
+/// What `ibv_create_qp_ex` asks beyond a basic QP.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CreateEx {
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (UD multicast).
+    pub block_self_mcast: bool,
+}
+
+/// Checks the extended part of an `ibv_qp_init_attr_ex`: a PD is required (`EINVAL` without);
+/// `SEND_OPS_FLAGS` with the operations above and `CREATE_FLAGS` with no flag or
+/// `BLOCK_SELF_MCAST_LB` are supported; XRC, TSO, RSS/indirection tables, other creation flags
+/// and other send operations (memory windows, invalidation, TSO, atomic write) give `EOPNOTSUPP`;
+/// unknown `comp_mask` bits give `EINVAL`.
+pub fn check_create_attr(a: &ibv_qp_init_attr_ex) -> Result<CreateEx> {
+    use ibv_qp_init_attr_mask as m;
+    let known = m::IBV_QP_INIT_ATTR_PD.0
+        | m::IBV_QP_INIT_ATTR_XRCD.0
+        | m::IBV_QP_INIT_ATTR_CREATE_FLAGS.0
+        | m::IBV_QP_INIT_ATTR_MAX_TSO_HEADER.0
+        | m::IBV_QP_INIT_ATTR_IND_TABLE.0
+        | m::IBV_QP_INIT_ATTR_RX_HASH.0
+        | m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+    let supported = m::IBV_QP_INIT_ATTR_PD.0
+        | m::IBV_QP_INIT_ATTR_CREATE_FLAGS.0
+        | m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+    if a.comp_mask & !known != 0 || a.comp_mask & m::IBV_QP_INIT_ATTR_PD.0 == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if a.comp_mask & !supported != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let mut ex = CreateEx { block_self_mcast: false };
+    if a.comp_mask & m::IBV_QP_INIT_ATTR_CREATE_FLAGS.0 != 0 {
+        let block = ibv_qp_create_flags::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.0;
+        if a.create_flags & !block != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        ex.block_self_mcast = a.create_flags & block != 0;
+    }
+    if a.comp_mask & m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0 != 0
+        && a.send_ops_flags & !SUPPORTED_SEND_OPS != 0
+    {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(ex)
+}
+
+// Every field after `wr_flags` is a function pointer (`enable` copies that tail).
+const _: () = {
+    assert!(offset_of!(ibv_qp_ex, wr_flags) < offset_of!(ibv_qp_ex, wr_atomic_cmp_swp));
+    assert!(offset_of!(ibv_qp_ex, wr_atomic_write) + 8 == std::mem::size_of::<ibv_qp_ex>());
+};
+
+/// `Building::num_sge` of a request whose data was refused (reported by `wr_complete`).
+const REFUSED: usize = usize::MAX;
+
+/// One work request being built.
+struct Building {
+    wqe: SendWqe,
+    /// Number of SGEs (0 for inline data), checked against `max_send_sge` when posted;
+    /// [`REFUSED`] if the data given cannot be posted.
+    num_sge: usize,
+    /// `IBV_SEND_INLINE` was set in `wr_flags`.
+    inline_flag: bool,
+    /// `wr_set_ud_addr` was called (the destination may still have been refused).
+    has_ud: bool,
+}
+
+#[derive(Default)]
+struct Pending {
+    open: bool,
+    wrs: Vec<Building>,
+    error: Option<Errno>,
+}
+
+/// The posting-API state of one QP.
+pub struct QpEx {
+    qp: Weak<Qp>,
+    addr: usize,
+    pending: Mutex<Pending>,
+}
+
+/// QP address → posting state, for every QP enabled for the API.
+static EX: Lazy<RwLock<HashMap<usize, Arc<QpEx>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+
+/// Enables `qp` for the posting API (idempotent): registers its state here and, the first time,
+/// lets `fill` set the function pointers of its `ibv_qp_ex` (in a template, copied in under the
+/// QP's lock).
+pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
+    let addr = qp.ptr() as usize;
+    let mut map = EX.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(x) = map.get(&addr) {
+        if x.qp.upgrade().is_some_and(|q| Arc::ptr_eq(&q, qp)) {
+            return x.clone();
+        }
+    }
+    // A new QP (possibly at the address of a destroyed one): forget QPs that are gone.
+    map.retain(|_, x| x.qp.strong_count() > 0);
+    // The function pointers are the tail of the struct, after `wr_flags`: fill a template and
+    // copy only that tail, so that neither `qp_base` (which other threads may read) nor the
+    // fields C owns (`comp_mask`, `wr_id`, `wr_flags`) are touched.
+    // SAFETY: all-zero is a valid ibv_qp_ex.
+    let mut t: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    fill(&mut t);
+    let start = offset_of!(ibv_qp_ex, wr_atomic_cmp_swp);
+    {
+        let _st = qp.lock_state();
+        // SAFETY: both structs are live ibv_qp_ex; the range lies within them. We hold the QP's
+        // lock; C reads these pointers only once the QP is handed to it by our caller.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&t as *const ibv_qp_ex).cast::<u8>().add(start),
+                qp.raw.as_ptr().cast::<u8>().add(start),
+                std::mem::size_of::<ibv_qp_ex>() - start,
+            )
+        };
+    }
+    let x =
+        Arc::new(QpEx { qp: Arc::downgrade(qp), addr, pending: Mutex::new(Pending::default()) });
+    map.insert(addr, x.clone());
+    x
+}
+
+/// The posting state of a live `ibv_qp_ex` we handed out, `EINVAL` for anything else (including
+/// a destroyed QP whose entry has not been pruned yet).
+pub fn lookup(p: *const ibv_qp_ex) -> Result<Arc<QpEx>> {
+    if p.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    let map = EX.read().unwrap_or_else(|e| e.into_inner());
+    match map.get(&(p as usize)) {
+        Some(x) if x.qp.strong_count() > 0 => Ok(x.clone()),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// The operation part of a work request (the `ibv_wr_<op>` call).
+pub struct Op {
+    pub opcode: u32,
+    pub imm: Option<u32>,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub compare_add: u64,
+    pub swap: u64,
+}
+
+impl Op {
+    pub fn new(opcode: u32) -> Op {
+        Op { opcode, imm: None, remote_addr: 0, rkey: 0, compare_add: 0, swap: 0 }
+    }
+}
+
+fn is_atomic(opcode: u32) -> bool {
+    matches!(opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
+}
+
+/// Operations whose data may be inline (copied at post time).
+fn may_inline(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+    )
+}
+
+impl QpEx {
+    fn with<R>(&self, f: impl FnOnce(&mut Pending) -> R) -> R {
+        f(&mut self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// `wr_start`: opens a new batch (dropping one left open).
+    pub fn start(&self) {
+        self.with(|p| *p = Pending { open: true, ..Pending::default() });
+    }
+
+    /// `wr_abort`: drops the batch.
+    pub fn abort(&self) {
+        self.with(|p| *p = Pending::default());
+    }
+
+    /// Remembers an error for `wr_complete` (the first one wins).
+    pub fn fail(&self, e: Errno) {
+        self.with(|p| {
+            p.error.get_or_insert(e);
+        });
+    }
+
+    /// An `ibv_wr_<op>` call: starts a work request with the `wr_id` and `wr_flags` the caller
+    /// set in the `ibv_qp_ex`; its data (SGEs or inline) and address come next.
+    pub fn add(&self, wr_id: u64, flags: u32, op: Op) {
+        let f = |b: ibv_send_flags| flags & b.0 != 0;
+        self.with(|p| {
+            if !p.open {
+                p.error.get_or_insert(Errno::EINVAL);
+                return;
+            }
+            p.wrs.push(Building {
+                wqe: SendWqe {
+                    wr_id,
+                    opcode: op.opcode,
+                    signaled: f(ibv_send_flags::IBV_SEND_SIGNALED),
+                    solicited: f(ibv_send_flags::IBV_SEND_SOLICITED),
+                    imm: op.imm,
+                    payload: Payload::Sges(Sgl::Many(Vec::new())),
+                    len: 0,
+                    remote_addr: op.remote_addr,
+                    rkey: op.rkey,
+                    compare_add: op.compare_add,
+                    swap: op.swap,
+                    ud: None,
+                },
+                num_sge: 0,
+                inline_flag: f(ibv_send_flags::IBV_SEND_INLINE),
+                has_ud: false,
+            });
+        });
+    }
+
+    /// Applies `f` to the request being built, or remembers `EINVAL` if there is none.
+    fn current(&self, f: impl FnOnce(&mut Building)) {
+        self.with(|p| match p.wrs.last_mut() {
+            Some(b) if p.open => f(b),
+            _ => {
+                p.error.get_or_insert(Errno::EINVAL);
+            }
+        });
+    }
+
+    /// `wr_set_sge`/`wr_set_sge_list`: the request's scatter/gather list. With `IBV_SEND_INLINE`
+    /// in `wr_flags`, a SEND or RDMA WRITE copies the data now, as `ibv_post_send` does.
+    ///
+    /// # Safety
+    /// With `IBV_SEND_INLINE` set, every entry's buffer is readable for its length (the verbs
+    /// contract for inline data).
+    pub unsafe fn set_sges(&self, sges: &[ibv_sge]) {
+        self.current(|b| {
+            let (payload, num_sge) = if b.inline_flag && may_inline(b.wqe.opcode) {
+                let bufs: Vec<(*const u8, usize)> =
+                    sges.iter().map(|s| (s.addr as *const u8, s.length as usize)).collect();
+                // SAFETY: per the function's contract.
+                match unsafe { gather(&bufs) } {
+                    Ok(v) => (Payload::Inline(v), sges.len()),
+                    Err(_) => (Payload::Sges(Sgl::Many(Vec::new())), REFUSED),
+                }
+            } else {
+                (Payload::Sges(Sgl::from_slice(sges)), sges.len())
+            };
+            b.wqe.len = sges.iter().map(|s| s.length as u64).sum();
+            b.wqe.payload = payload;
+            b.num_sge = num_sge;
+        });
+    }
+
+    /// `wr_set_inline_data`/`wr_set_inline_data_list`: copies the data now.
+    ///
+    /// # Safety
+    /// Every buffer is readable for its length.
+    pub unsafe fn set_inline(&self, bufs: &[(*const u8, usize)]) {
+        // SAFETY: per the function's contract.
+        let data = unsafe { gather(bufs) };
+        self.current(|b| match data {
+            Ok(v) if may_inline(b.wqe.opcode) => {
+                b.wqe.len = v.len() as u64;
+                b.wqe.payload = Payload::Inline(v);
+                b.num_sge = 0;
+            }
+            // READ and atomics need a local buffer to write their result into.
+            _ => b.num_sge = REFUSED,
+        });
+    }
+
+    /// `wr_set_ud_addr`: the destination of a UD send (ignored by RC QPs, as `wr.ud` is).
+    pub fn set_ud_addr(&self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+        let dest = objects().ahs.get(ah).map(|ah| UdDest { ah, remote_qpn, remote_qkey });
+        self.current(|b| {
+            b.has_ud = true;
+            b.wqe.ud = dest.ok();
+        });
+    }
+
+    /// `wr_complete`: posts the batch, 0 or an errno (see the module comment).
+    pub fn complete(&self) -> Result<()> {
+        let p = self.with(std::mem::take);
+        if !p.open {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(e) = p.error {
+            return Err(e);
+        }
+        let qp = self.qp.upgrade().ok_or(Errno::EINVAL)?;
+        if !objects().qps.contains(self.addr as *const ibv_qp) {
+            return Err(Errno::EINVAL);
+        }
+        let ud = qp.qp_type == ibv_qp_type::IBV_QPT_UD;
+        for b in &p.wrs {
+            check_shape(&qp, b, ud)?;
+        }
+        if !ud {
+            let st = qp.lock_state();
+            match st.state {
+                ibv_qp_state::IBV_QPS_RTS | ibv_qp_state::IBV_QPS_ERR => {}
+                _ => return Err(Errno::EINVAL),
+            }
+            if st.state == ibv_qp_state::IBV_QPS_RTS
+                && st.sq.len() + st.inflight.len() + p.wrs.len() > qp.cap.max_send_wr as usize
+            {
+                return Err(Errno::ENOMEM);
+            }
+        }
+        for mut b in p.wrs {
+            if !ud {
+                b.wqe.ud = None;
+            }
+            qp.post_send(b.wqe, b.num_sge)?;
+        }
+        Ok(())
+    }
+}
+
+/// The checks `ibv_post_send` makes on a request's shape, before anything of the batch is posted.
+fn check_shape(qp: &Qp, b: &Building, ud: bool) -> Result<()> {
+    let w = &b.wqe;
+    if b.num_sge == REFUSED || b.num_sge > qp.cap.max_send_sge as usize {
+        return Err(Errno::EINVAL);
+    }
+    if is_atomic(w.opcode) && (b.num_sge != 1 || w.len != 8) {
+        return Err(Errno::EINVAL);
+    }
+    if ud {
+        if !b.has_ud || w.ud.is_none() {
+            return Err(Errno::EINVAL);
+        }
+        if !matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+            return Err(Errno::EINVAL);
+        }
+    }
+    Ok(())
+}
+
+/// Concatenates caller buffers (`EINVAL` for a NULL buffer of non-zero length).
+///
+/// # Safety
+/// Every buffer is readable for its length.
+unsafe fn gather(bufs: &[(*const u8, usize)]) -> Result<Vec<u8>> {
+    let total: usize = bufs.iter().map(|b| b.1).sum();
+    if total > super::device::MAX_MSG as usize {
+        return Err(Errno::EINVAL);
+    }
+    let mut v = Vec::with_capacity(total);
+    for &(p, n) in bufs {
+        if n == 0 {
+            continue;
+        }
+        if p.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: per the function's contract.
+        v.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) });
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(mask: u32) -> ibv_qp_init_attr_ex {
+        // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
+        let mut a: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        a.comp_mask = mask;
+        a
+    }
+
+    #[test]
+    fn create_attr_checks() {
+        use ibv_qp_init_attr_mask as m;
+        let pd = m::IBV_QP_INIT_ATTR_PD.0;
+        let ops = m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+        let fl = m::IBV_QP_INIT_ATTR_CREATE_FLAGS.0;
+        let mut a = attr(pd | ops);
+        a.send_ops_flags = SUPPORTED_SEND_OPS;
+        assert_eq!(check_create_attr(&a), Ok(CreateEx { block_self_mcast: false }));
+        a.send_ops_flags |= ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_BIND_MW.0 as u64;
+        assert_eq!(check_create_attr(&a), Err(Errno::EOPNOTSUPP));
+        assert_eq!(check_create_attr(&attr(ops)), Err(Errno::EINVAL));
+        assert_eq!(check_create_attr(&attr(pd | (1 << 12))), Err(Errno::EINVAL));
+        assert_eq!(
+            check_create_attr(&attr(pd | m::IBV_QP_INIT_ATTR_XRCD.0)),
+            Err(Errno::EOPNOTSUPP)
+        );
+        let mut a = attr(pd | fl);
+        assert!(check_create_attr(&a).is_ok());
+        a.create_flags = ibv_qp_create_flags::IBV_QP_CREATE_SCATTER_FCS.0;
+        assert_eq!(check_create_attr(&a), Err(Errno::EOPNOTSUPP));
+        a.create_flags = ibv_qp_create_flags::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.0;
+        assert_eq!(check_create_attr(&a), Ok(CreateEx { block_self_mcast: true }));
+    }
+
+    #[test]
+    fn gather_buffers() {
+        let a = [1u8, 2, 3];
+        let b = [4u8];
+        // SAFETY: both buffers are readable for their lengths.
+        let v = unsafe { gather(&[(a.as_ptr(), 3), (std::ptr::null(), 0), (b.as_ptr(), 1)]) };
+        assert_eq!(v, Ok(vec![1, 2, 3, 4]));
+        // SAFETY: a NULL buffer is refused before being read.
+        assert_eq!(unsafe { gather(&[(std::ptr::null(), 2)]) }, Err(Errno::EINVAL));
+    }
+}
