@@ -25,178 +25,6 @@ fn qp_type_of(ps: u32) -> Result<u32> {
     }
 }
 
-/// `rdma_create_qp`: creates the CQs (and their channels) the caller left out, as librdmacm
-/// does, then the QP, and brings it to INIT.
-fn create_qp(id: &Arc<CmId>, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
-    use crate::abi::verbs::*;
-    let raw = id.raw.get();
-    if raw.verbs.is_null() || !raw.qp.is_null() {
-        return Err(Errno::EINVAL);
-    }
-    let pd = if pd.is_null() { raw.pd } else { pd };
-    let pdo = crate::verbs::objects().pds.get(pd)?;
-    if pdo.ctx.ptr() != raw.verbs {
-        return Err(Errno::EINVAL);
-    }
-    if (!attr.send_cq.is_null() && !raw.send_cq.is_null() && attr.send_cq != raw.send_cq)
-        || (!attr.recv_cq.is_null() && !raw.recv_cq.is_null() && attr.recv_cq != raw.recv_cq)
-    {
-        return Err(Errno::EINVAL);
-    }
-    let mut made_cqs = Vec::new();
-    let mut made_channels = Vec::new();
-    let mut make = |depth: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
-        // SAFETY: our own exported functions, called with a live context.
-        let ch = unsafe { ibv_create_comp_channel(raw.verbs) };
-        if ch.is_null() {
-            return Err(Errno::last());
-        }
-        // SAFETY: as above; the CQ's context is the id, as librdmacm sets it.
-        let cq = unsafe { ibv_create_cq(raw.verbs, depth.max(1) as c_int, id.ptr().cast(), ch, 0) };
-        if cq.is_null() {
-            let e = Errno::last();
-            // SAFETY: ch is the channel just created.
-            unsafe { ibv_destroy_comp_channel(ch) };
-            return Err(e);
-        }
-        made_cqs.push(cq as usize);
-        made_channels.push(ch as usize);
-        Ok((ch, cq))
-    };
-    let cleanup = |cqs: &[usize], chs: &[usize]| {
-        for c in cqs {
-            // SAFETY: CQs created above.
-            unsafe { ibv_destroy_cq(*c as *mut ibv_cq) };
-        }
-        for c in chs {
-            // SAFETY: channels created above.
-            unsafe { ibv_destroy_comp_channel(*c as *mut ibv_comp_channel) };
-        }
-    };
-    let mut send = (raw.send_cq_channel, raw.send_cq);
-    let mut recv = (raw.recv_cq_channel, raw.recv_cq);
-    if attr.send_cq.is_null() && send.1.is_null() {
-        send = make(attr.cap.max_send_wr)?;
-    }
-    if attr.recv_cq.is_null() && recv.1.is_null() {
-        match make(attr.cap.max_recv_wr) {
-            Ok(r) => recv = r,
-            Err(e) => {
-                cleanup(&made_cqs, &made_channels);
-                return Err(e);
-            }
-        }
-    }
-    if attr.send_cq.is_null() {
-        attr.send_cq = send.1;
-    }
-    if attr.recv_cq.is_null() {
-        attr.recv_cq = recv.1;
-    }
-    // SAFETY: our own exported function with a live PD and a valid attr.
-    let qp = unsafe { ibv_create_qp(pd, attr) };
-    if qp.is_null() {
-        let e = Errno::last();
-        cleanup(&made_cqs, &made_channels);
-        return Err(e);
-    }
-    if let Err(e) = crate::verbs::qp::lookup(qp).and_then(|q| ready_qp(&q, raw.port_num)) {
-        // SAFETY: the QP created above.
-        unsafe { ibv_destroy_qp(qp) };
-        cleanup(&made_cqs, &made_channels);
-        return Err(e);
-    }
-    id.record_owned(&made_cqs, &made_channels);
-    id.set_raw(|r| {
-        r.qp = qp;
-        r.pd = pd;
-        r.send_cq = attr.send_cq;
-        r.recv_cq = attr.recv_cq;
-        if r.send_cq_channel.is_null() && made_cqs.contains(&(send.1 as usize)) {
-            r.send_cq_channel = send.0;
-        }
-        if r.recv_cq_channel.is_null() && made_cqs.contains(&(recv.1 as usize)) {
-            r.recv_cq_channel = recv.0;
-        }
-    });
-    Ok(())
-}
-
-/// Brings a new QP to where rdma_cm leaves it: INIT for connected QPs; RTS with
-/// `RDMA_UDP_QKEY` for UD QPs (which need no peer).
-fn ready_qp(q: &crate::verbs::qp::Qp, port: u8) -> Result<()> {
-    use ibv_qp_attr_mask as M;
-    // SAFETY: all-zero is a valid ibv_qp_attr.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = ibv_qp_state::IBV_QPS_INIT;
-    a.port_num = port;
-    if q.qp_type == ibv_qp_type::IBV_QPT_UD {
-        a.qkey = crate::cm::ud::UDP_QKEY;
-        q.modify(
-            &a,
-            M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0,
-        )?;
-        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        q.modify(&a, M::IBV_QP_STATE.0)?;
-        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.sq_psn = 0;
-        return q.modify(&a, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0);
-    }
-    a.qp_access_flags = crate::verbs::mr::ACCESS_REMOTE_WRITE
-        | crate::verbs::mr::ACCESS_REMOTE_READ
-        | crate::verbs::mr::ACCESS_REMOTE_ATOMIC;
-    q.modify(
-        &a,
-        M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0,
-    )
-}
-
-/// `rdma_destroy_qp`: the QP (unless the caller already destroyed it) and the CQs and channels
-/// rdma_cm created for the id.
-fn destroy_qp(id: &Arc<CmId>) {
-    use crate::abi::verbs::*;
-    let qp = id.raw.get().qp;
-    if !qp.is_null() {
-        // SAFETY: our own exported function; a dead handle just returns EINVAL.
-        unsafe { ibv_destroy_qp(qp) };
-    }
-    let (cqs, chs) = id.take_owned();
-    id.set_raw(|r| {
-        r.qp = std::ptr::null_mut();
-        if cqs.contains(&(r.send_cq as usize)) {
-            r.send_cq = std::ptr::null_mut();
-            r.send_cq_channel = std::ptr::null_mut();
-        }
-        if cqs.contains(&(r.recv_cq as usize)) {
-            r.recv_cq = std::ptr::null_mut();
-            r.recv_cq_channel = std::ptr::null_mut();
-        }
-    });
-    for c in cqs {
-        // SAFETY: CQs this id created; dead handles are refused.
-        unsafe { ibv_destroy_cq(c as *mut ibv_cq) };
-    }
-    for c in chs {
-        // SAFETY: channels this id created; dead handles are refused.
-        unsafe { ibv_destroy_comp_channel(c as *mut ibv_comp_channel) };
-    }
-}
-
-fn create_srq(id: &Arc<CmId>, pd: *mut ibv_pd, attr: &mut ibv_srq_init_attr) -> Result<()> {
-    let raw = id.raw.get();
-    if !raw.srq.is_null() {
-        return Err(Errno::EINVAL);
-    }
-    let pd = if pd.is_null() { raw.pd } else { pd };
-    // SAFETY: our own exported function with a valid attr.
-    let srq = unsafe { crate::abi::verbs::ibv_create_srq(pd, attr) };
-    if srq.is_null() {
-        return Err(Errno::last());
-    }
-    id.set_raw(|r| r.srq = srq);
-    Ok(())
-}
-
 entry! {
     fn rdma_create_event_channel() -> NullOr<rdma_event_channel> {
         EventChannel::create()
@@ -388,7 +216,7 @@ entry! {
     fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> MinusOne {
         let i = live(id)?;
         // SAFETY: attr is NULL or valid for reads and writes.
-        create_qp(&i, pd, unsafe { out(attr) }?)
+        i.create_qp(pd, unsafe { out(attr) }?)
     }
 
     fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> MinusOne {
@@ -418,7 +246,7 @@ entry! {
             sq_sig_all: a.sq_sig_all,
         };
         let pd = if a.comp_mask & pd_bit != 0 { a.pd } else { std::ptr::null_mut() };
-        create_qp(&i, pd, &mut basic)?;
+        i.create_qp(pd, &mut basic)?;
         if flags & block_self != 0 {
             if let Ok(q) = crate::verbs::qp::lookup(i.raw.get().qp) {
                 q.set_block_self_mcast(true);
@@ -431,14 +259,14 @@ entry! {
     }
 
     fn rdma_destroy_qp(id: *mut rdma_cm_id) -> Nothing {
-        destroy_qp(&live(id)?);
+        live(id)?.destroy_qp();
         Ok(())
     }
 
     fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> MinusOne {
         let i = live(id)?;
         // SAFETY: attr is NULL or valid for reads and writes.
-        create_srq(&i, pd, unsafe { out(attr) }?)
+        i.create_srq(pd, unsafe { out(attr) }?)
     }
 
     fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> MinusOne {
@@ -454,19 +282,13 @@ entry! {
         }
         let pd = if a.comp_mask & ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0 != 0 { a.pd } else { std::ptr::null_mut() };
         let mut basic = ibv_srq_init_attr { srq_context: a.srq_context, attr: crate::handle::pod_copy(&a.attr) };
-        create_srq(&i, pd, &mut basic)?;
+        i.create_srq(pd, &mut basic)?;
         a.attr = basic.attr;
         Ok(())
     }
 
     fn rdma_destroy_srq(id: *mut rdma_cm_id) -> Nothing {
-        let i = live(id)?;
-        let srq = i.raw.get().srq;
-        if !srq.is_null() {
-            // SAFETY: our own exported function; a dead handle just returns EINVAL.
-            unsafe { crate::abi::verbs::ibv_destroy_srq(srq) };
-        }
-        i.set_raw(|r| r.srq = std::ptr::null_mut());
+        live(id)?.destroy_srq();
         Ok(())
     }
 
@@ -525,7 +347,7 @@ entry! {
             // SAFETY: qp_init_attr is NULL or valid for reads and writes.
             if let Some(a) = unsafe { qp_init_attr.as_mut() } {
                 a.qp_type = ai.ai_qp_type as u32;
-                create_qp(&new, pd, a)?;
+                new.create_qp(pd, a)?;
             }
             if !ai.ai_connect.is_null() && ai.ai_connect_len > 0 {
                 // SAFETY: ai_connect holds ai_connect_len bytes.
@@ -534,7 +356,7 @@ entry! {
             Ok(())
         })();
         if let Err(e) = r {
-            destroy_qp(&new);
+            new.destroy_qp();
             let _ = new.destroy();
             return Err(e);
         }
@@ -544,12 +366,8 @@ entry! {
 
     fn rdma_destroy_ep(id: *mut rdma_cm_id) -> Nothing {
         let i = live(id)?;
-        destroy_qp(&i);
-        let srq = i.raw.get().srq;
-        if !srq.is_null() {
-            // SAFETY: our own exported function; a dead handle just returns EINVAL.
-            unsafe { crate::abi::verbs::ibv_destroy_srq(srq) };
-        }
+        i.destroy_qp();
+        i.destroy_srq();
         i.destroy()
     }
 
@@ -559,7 +377,7 @@ entry! {
         let o = unsafe { out(id) }?;
         let nid = l.get_request()?;
         if let Some((pd, mut attr)) = nid.ep_qp() {
-            if let Err(e) = create_qp(&nid, pd, &mut attr) {
+            if let Err(e) = nid.create_qp(pd, &mut attr) {
                 let _ = nid.reject(&[], crate::cm::proto::REJ_CONSUMER);
                 let _ = nid.destroy();
                 return Err(e);

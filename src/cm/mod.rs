@@ -10,6 +10,7 @@ pub mod addrinfo;
 pub mod channel;
 pub mod id;
 pub mod proto;
+pub mod qp;
 pub mod ud;
 
 use crate::errno::Result;

@@ -1,0 +1,176 @@
+//! The QP and SRQ of a CM id: `rdma_create_qp` creates the completion channels and CQs the caller
+//! left out (depth = queue depth, `cq_context` = the id, as librdmacm) and brings the QP to where
+//! rdma_cm keeps it until connection: INIT for connected QPs, RTS with `RDMA_UDP_QKEY` for UD.
+
+use super::id::CmId;
+use crate::errno::{Errno, Result};
+use crate::sys::*;
+use crate::verbs::cq::{CompChannel, Cq};
+use crate::verbs::objects;
+use crate::verbs::qp::{self, Qp};
+use crate::verbs::srq::Srq;
+
+/// CQs and channels created for an id, destroyed again if a later step fails.
+#[derive(Default)]
+struct Made {
+    cqs: Vec<usize>,
+    channels: Vec<usize>,
+}
+
+impl Made {
+    fn cq_with_channel(
+        &mut self,
+        id: &CmId,
+        depth: u32,
+    ) -> Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
+        let ctx = objects().contexts.get(id.raw.get().verbs)?;
+        let ch = CompChannel::create(ctx.clone())?;
+        self.channels.push(ch as usize);
+        let cq = Cq::create(
+            ctx,
+            depth.max(1) as i32,
+            id.ptr().cast(),
+            Some(objects().channels.get(ch)?),
+            0,
+        )?;
+        self.cqs.push(cq as usize);
+        Ok((ch, cq))
+    }
+
+    fn undo(&self) {
+        for c in &self.cqs {
+            let _ = Cq::destroy(*c as *mut ibv_cq);
+        }
+        for c in &self.channels {
+            let _ = CompChannel::destroy(*c as *mut ibv_comp_channel);
+        }
+    }
+}
+
+impl CmId {
+    /// `rdma_create_qp`.
+    pub fn create_qp(&self, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
+        let raw = self.raw.get();
+        if raw.verbs.is_null() || !raw.qp.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let pd = if pd.is_null() { raw.pd } else { pd };
+        let pdo = objects().pds.get(pd)?;
+        if pdo.ctx.ptr() != raw.verbs {
+            return Err(Errno::EINVAL);
+        }
+        if (!attr.send_cq.is_null() && !raw.send_cq.is_null() && attr.send_cq != raw.send_cq)
+            || (!attr.recv_cq.is_null() && !raw.recv_cq.is_null() && attr.recv_cq != raw.recv_cq)
+        {
+            return Err(Errno::EINVAL);
+        }
+        let mut made = Made::default();
+        let r = (|| -> Result<_> {
+            let mut send = (raw.send_cq_channel, raw.send_cq);
+            let mut recv = (raw.recv_cq_channel, raw.recv_cq);
+            if attr.send_cq.is_null() && send.1.is_null() {
+                send = made.cq_with_channel(self, attr.cap.max_send_wr)?;
+            }
+            if attr.recv_cq.is_null() && recv.1.is_null() {
+                recv = made.cq_with_channel(self, attr.cap.max_recv_wr)?;
+            }
+            if attr.send_cq.is_null() {
+                attr.send_cq = send.1;
+            }
+            if attr.recv_cq.is_null() {
+                attr.recv_cq = recv.1;
+            }
+            let qp = Qp::create(pdo.clone(), attr)?;
+            if let Err(e) = qp::lookup(qp).and_then(|q| ready(&q, raw.port_num)) {
+                let _ = Qp::destroy(qp);
+                return Err(e);
+            }
+            Ok((qp, send, recv))
+        })();
+        let (qp, send, recv) = match r {
+            Ok(v) => v,
+            Err(e) => {
+                made.undo();
+                return Err(e);
+            }
+        };
+        self.record_owned(&made.cqs, &made.channels);
+        self.set_raw(|r| {
+            r.qp = qp;
+            r.pd = pd;
+            r.send_cq = attr.send_cq;
+            r.recv_cq = attr.recv_cq;
+            if r.send_cq_channel.is_null() && made.cqs.contains(&(send.1 as usize)) {
+                r.send_cq_channel = send.0;
+            }
+            if r.recv_cq_channel.is_null() && made.cqs.contains(&(recv.1 as usize)) {
+                r.recv_cq_channel = recv.0;
+            }
+        });
+        Ok(())
+    }
+
+    /// `rdma_destroy_qp`: the QP (unless the caller already destroyed it, as rping does) and the
+    /// CQs and channels created for the id.
+    pub fn destroy_qp(&self) {
+        let qp = self.raw.get().qp;
+        if !qp.is_null() {
+            let _ = Qp::destroy(qp);
+        }
+        let (cqs, chs) = self.take_owned();
+        self.set_raw(|r| {
+            r.qp = std::ptr::null_mut();
+            if cqs.contains(&(r.send_cq as usize)) {
+                r.send_cq = std::ptr::null_mut();
+                r.send_cq_channel = std::ptr::null_mut();
+            }
+            if cqs.contains(&(r.recv_cq as usize)) {
+                r.recv_cq = std::ptr::null_mut();
+                r.recv_cq_channel = std::ptr::null_mut();
+            }
+        });
+        Made { cqs, channels: chs }.undo();
+    }
+
+    /// `rdma_create_srq` (basic SRQs; XRC SRQs are not supported).
+    pub fn create_srq(&self, pd: *mut ibv_pd, attr: &mut ibv_srq_init_attr) -> Result<()> {
+        let raw = self.raw.get();
+        if !raw.srq.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let pd = objects().pds.get(if pd.is_null() { raw.pd } else { pd })?;
+        let srq = Srq::create(pd, attr.srq_context, &mut attr.attr)?;
+        self.set_raw(|r| r.srq = srq);
+        Ok(())
+    }
+
+    /// `rdma_destroy_srq`.
+    pub fn destroy_srq(&self) {
+        let srq = self.raw.get().srq;
+        if !srq.is_null() {
+            let _ = Srq::destroy(srq);
+        }
+        self.set_raw(|r| r.srq = std::ptr::null_mut());
+    }
+}
+
+/// INIT for connected QPs; INIT → RTR → RTS with `RDMA_UDP_QKEY` for UD QPs.
+fn ready(q: &Qp, port: u8) -> Result<()> {
+    use ibv_qp_attr_mask as M;
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+    a.port_num = port;
+    let base = M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0;
+    if q.qp_type == ibv_qp_type::IBV_QPT_UD {
+        a.qkey = super::ud::UDP_QKEY;
+        q.modify(&a, base | M::IBV_QP_QKEY.0)?;
+        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        q.modify(&a, M::IBV_QP_STATE.0)?;
+        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        return q.modify(&a, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0);
+    }
+    use crate::verbs::mr::{ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
+    a.qp_access_flags = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+    q.modify(&a, base | M::IBV_QP_ACCESS_FLAGS.0)
+}
