@@ -11,6 +11,7 @@
 pub mod abi;
 pub mod cm;
 pub mod errno;
+pub mod fdqueue;
 pub mod handle;
 pub mod provider;
 pub mod sys;

@@ -617,7 +617,7 @@ entry! {
         let c = ctx(context)?;
         // SAFETY: event is NULL or valid for writes.
         let e = unsafe { out(event) }?;
-        let (kind, el) = c.events.get()?;
+        let (kind, el) = c.events.pop_wait()?;
         e.event_type = kind;
         e.element = match el {
             Element::Qp(p) => ibv_async_event_element_t { qp: p as *mut ibv_qp },

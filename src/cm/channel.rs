@@ -6,13 +6,12 @@
 //! private-data buffer, valid until `rdma_ack_cm_event`.
 
 use super::id::CmId;
-use crate::errno::{check, Errno, Result};
+use crate::errno::{Errno, Result};
+use crate::fdqueue::FdQueue;
 use crate::handle::{CBox, Registry};
 use crate::sys::*;
 use once_cell::sync::Lazy;
-use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// rdma-core's RDMA_MAX_PRIVATE_DATA: the buffer size of every event's private data.
 pub const EVENT_PRIVATE: usize = 256;
@@ -33,8 +32,8 @@ pub struct Event {
 
 pub struct EventChannel {
     pub raw: CBox<rdma_event_channel>,
-    efd: OwnedFd,
-    queue: Mutex<VecDeque<Event>>,
+    /// Queued events; its descriptor is the channel's `fd`.
+    queue: FdQueue<Event>,
 }
 
 pub static CHANNELS: Lazy<Registry<EventChannel>> = Lazy::new(Registry::default);
@@ -42,14 +41,11 @@ pub static EVENTS: Lazy<Registry<Event>> = Lazy::new(Registry::default);
 
 impl EventChannel {
     pub fn new() -> Result<Arc<EventChannel>> {
-        // SAFETY: plain eventfd(2) call.
-        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) })?;
-        // SAFETY: fd was just created and is owned here.
-        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let queue = FdQueue::new()?;
         let raw: CBox<rdma_event_channel> = CBox::zeroed();
         // SAFETY: not yet published.
-        unsafe { raw.get_mut().fd = efd.as_raw_fd() };
-        Ok(Arc::new(EventChannel { raw, efd, queue: Mutex::new(VecDeque::new()) }))
+        unsafe { raw.get_mut().fd = queue.fd() };
+        Ok(Arc::new(EventChannel { raw, queue }))
     }
 
     /// Creates a channel handed to the application.
@@ -61,61 +57,30 @@ impl EventChannel {
     }
 
     pub fn fd(&self) -> i32 {
-        self.efd.as_raw_fd()
+        self.queue.fd()
     }
 
     /// Queues an event and makes the fd readable.
     pub fn post(&self, e: Event) {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.queue.push(e);
     }
 
     /// Waits for the next event (or `EAGAIN` on a non-blocking fd) and hands it out.
     pub fn get(&self) -> Result<*mut rdma_cm_event> {
-        loop {
-            let mut v: u64 = 0;
-            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
-            let r = unsafe { libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-            if r < 0 {
-                let e = Errno::last();
-                if e.0 == libc::EINTR {
-                    continue;
-                }
-                return Err(e);
-            }
-            let next = self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-            if let Some(mut e) = next {
-                if let Some(f) = e.on_fetch.take() {
-                    // SAFETY: the event is ours and not yet visible to the application.
-                    f(unsafe { e.ev.get_mut() });
-                }
-                let p = e.ev.as_ptr();
-                EVENTS.insert(p as usize, Arc::new(e));
-                return Ok(p);
-            }
+        let mut e = self.queue.pop_wait()?;
+        if let Some(f) = e.on_fetch.take() {
+            // SAFETY: the event is ours and not yet visible to the application.
+            f(unsafe { e.ev.get_mut() });
         }
+        let p = e.ev.as_ptr();
+        EVENTS.insert(p as usize, Arc::new(e));
+        Ok(p)
     }
 
-    /// Drops the queued events of `id` (it is being destroyed).
-    pub fn drop_events_of(&self, id: &Arc<CmId>) -> usize {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let before = q.len();
-        q.retain(|e| !Arc::ptr_eq(&e.owner, id));
-        // A count left behind for a dropped event is skipped by `get` (empty queue).
-        before - q.len()
-    }
-}
-
-impl EventChannel {
-    /// Removes and returns the queued events of `id` (it moves to another channel).
+    /// Removes and returns the queued events of `id` (it is destroyed or moves to another
+    /// channel).
     pub fn take_events_of(&self, id: &Arc<CmId>) -> Vec<Event> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let (mine, rest): (Vec<Event>, Vec<Event>) =
-            q.drain(..).partition(|e| Arc::ptr_eq(&e.owner, id));
-        q.extend(rest);
-        mine
+        self.queue.take(|e| Arc::ptr_eq(&e.owner, id))
     }
 }
 

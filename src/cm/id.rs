@@ -1299,7 +1299,7 @@ impl CmId {
         let (bound, conn) = {
             let mut st = lock(&self.st);
             st.destroyed = true;
-            let dropped = ch.drop_events_of(self);
+            let dropped = ch.take_events_of(self).len();
             st.outstanding = st.outstanding.saturating_sub(dropped as u32);
             (st.bound.take(), st.conn.take())
         };

@@ -7,12 +7,12 @@ use super::cq_ex::CqAlloc;
 use super::device::Context;
 use super::objects;
 use super::qp::Qp;
-use crate::errno::{check, Errno, Result};
+use crate::errno::{Errno, Result};
+use crate::fdqueue::FdQueue;
 use crate::handle::CBox;
 use crate::provider::soft::engine::{ARMED_CQS, POLL_EPOCH};
 use crate::sys::*;
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
@@ -52,28 +52,21 @@ impl Wc {
 pub struct CompChannel {
     pub raw: CBox<ibv_comp_channel>,
     pub ctx: Arc<Context>,
-    efd: OwnedFd,
-    /// Addresses of CQs with a pending event, in order.
-    queue: Mutex<VecDeque<usize>>,
+    /// Addresses of CQs with a pending event, in order; its descriptor is the channel's `fd`.
+    queue: FdQueue<usize>,
 }
 
 impl CompChannel {
     pub fn create(ctx: Arc<Context>) -> Result<*mut ibv_comp_channel> {
-        // SAFETY: plain eventfd(2) call.
-        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) })?;
-        // SAFETY: fd was just created and is owned here.
-        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let queue = FdQueue::new()?;
         let raw: CBox<ibv_comp_channel> = CBox::zeroed();
         // SAFETY: not yet published.
         let r = unsafe { raw.get_mut() };
         r.context = ctx.ptr();
-        r.fd = efd.as_raw_fd();
+        r.fd = queue.fd();
         r.refcnt = 0;
         let p = raw.as_ptr();
-        objects().channels.insert(
-            p as usize,
-            Arc::new(CompChannel { raw, ctx, efd, queue: Mutex::new(VecDeque::new()) }),
-        );
+        objects().channels.insert(p as usize, Arc::new(CompChannel { raw, ctx, queue }));
         Ok(p)
     }
 
@@ -93,38 +86,23 @@ impl CompChannel {
     }
 
     fn post(&self, cq: usize) {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(cq);
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.queue.push(cq);
     }
 
     /// Blocks (unless the fd is non-blocking) until a CQ event arrives; returns the CQ.
     pub fn get_event(&self) -> Result<Arc<Cq>> {
         loop {
-            let mut v: u64 = 0;
-            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
-            let r = unsafe { libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-            if r < 0 {
-                let e = Errno::last();
-                if e.0 == libc::EINTR {
-                    continue;
-                }
-                return Err(e);
-            }
-            let next = self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-            // A CQ destroyed after posting its event leaves a count without an entry: skip it.
-            if let Some(addr) = next {
-                if let Ok(cq) = objects().cqs.get(addr as *const ibv_cq) {
-                    cq.st.lock().unwrap_or_else(|e| e.into_inner()).events_read += 1;
-                    return Ok(cq);
-                }
+            let addr = self.queue.pop_wait()?;
+            // A CQ destroyed after posting its event leaves its entry behind: skip it.
+            if let Ok(cq) = objects().cqs.get(addr as *const ibv_cq) {
+                cq.st.lock().unwrap_or_else(|e| e.into_inner()).events_read += 1;
+                return Ok(cq);
             }
         }
     }
 
     fn forget(&self, cq: usize) {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).retain(|&c| c != cq);
+        self.queue.take(|&c| c == cq);
     }
 }
 

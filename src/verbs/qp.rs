@@ -577,10 +577,10 @@ impl Qp {
     /// on the context's async events, as rxe does.
     pub(super) fn fail(&self, st: &mut QpState) {
         self.to_error(st);
-        self.ctx.events.post(
+        self.ctx.events.push((
             ibv_event_type::IBV_EVENT_QP_FATAL,
             crate::verbs::async_event::Element::Qp(self.ptr() as usize),
-        );
+        ));
     }
 
     /// Validates and queues one send request.

@@ -98,10 +98,10 @@ impl Srq {
         if *limit > 0 && left < *limit {
             *limit = 0;
             drop(limit);
-            self.pd.ctx.events.post(
+            self.pd.ctx.events.push((
                 ibv_event_type::IBV_EVENT_SRQ_LIMIT_REACHED,
                 super::async_event::Element::Srq(self.raw.addr()),
-            );
+            ));
         }
         Some(w)
     }
