@@ -148,6 +148,14 @@ impl Qp {
                     }
                 }
             }
+            // At most max_rd_atomic READ/atomic requests outstanding: later ones wait, as on
+            // real hardware (the post does not fail).
+            if w.awaits_response() && st.pushed == 0 {
+                let outstanding = st.inflight.iter().filter(|f| f.awaits_response).count();
+                if outstanding >= st.attr.max_rd_atomic.max(1) as usize {
+                    return wrote;
+                }
+            }
             let op = match w.opcode {
                 IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => OP_SEND,
                 IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => OP_WRITE,
