@@ -18,6 +18,7 @@ impl Errno {
     pub const EEXIST: Errno = Errno(libc::EEXIST);
     pub const ENODEV: Errno = Errno(libc::ENODEV);
     pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const EFAULT: Errno = Errno(libc::EFAULT);
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
     pub const ENODATA: Errno = Errno(libc::ENODATA);

@@ -117,7 +117,11 @@ entry! {
 
     fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> MinusOne {
         let _ = event;
-        live(id)?;
+        // Connection establishment is driven by the CM itself here: nothing to pass on, but an
+        // id without a device is refused, as the kernel does.
+        if live(id)?.raw.get().verbs.is_null() {
+            return Err(Errno::EINVAL);
+        }
         Ok(())
     }
 
@@ -201,7 +205,11 @@ entry! {
         // AFONLY 2 (int), ACK_TIMEOUT 3 (u8); RDMA_OPTION_IB (1): IB_PATH 1.
         match (level, optname) {
             (0, 0) | (0, 3) if optlen == 1 => Ok(()),
-            (0, 1) if optlen == std::mem::size_of::<c_int>() => Ok(()),
+            (0, 1) if optlen == std::mem::size_of::<c_int>() => {
+                // SAFETY: optval holds an int (optlen checked).
+                i.set_reuseaddr(unsafe { *(optval as *const c_int) } != 0);
+                Ok(())
+            }
             (0, 2) if optlen == std::mem::size_of::<c_int>() => {
                 // SAFETY: optval holds an int (optlen checked).
                 i.set_afonly(unsafe { *(optval as *const c_int) } != 0);
@@ -436,19 +444,24 @@ entry! {
 
     fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> MinusOne {
         let i = live(id)?;
-        if !i.raw.get().qp.is_null() || ece.is_null() {
-            return Err(Errno::EINVAL);
+        if !i.raw.get().qp.is_null() {
+            return Err(Errno::EINVAL); // ECE is for QPs the application connects itself
         }
-        Err(Errno::EOPNOTSUPP)
+        // SAFETY: ece is NULL or valid for writes.
+        let e = unsafe { out(ece) }?;
+        (e.vendor_id, e.options) = i.remote_ece();
+        e.comp_mask = 0;
+        Ok(())
     }
 
     fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> MinusOne {
         let i = live(id)?;
         // SAFETY: ece is NULL or valid for reads.
-        let e = unsafe { ece.as_ref() };
-        match e {
-            Some(e) if i.raw.get().qp.is_null() && e.vendor_id != 0 && e.comp_mask == 0 => Err(Errno::EOPNOTSUPP),
-            _ => Err(Errno::EINVAL),
+        let e = unsafe { arg(ece) }?;
+        if !i.raw.get().qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
+            return Err(Errno::EINVAL);
         }
+        i.set_local_ece(e.vendor_id, e.options);
+        Ok(())
     }
 }

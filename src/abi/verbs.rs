@@ -154,6 +154,7 @@ unsafe fn read_send_wr(wr: &ibv_send_wr, is_ud: bool) -> Result<(SendWqe, usize)
             compare_add,
             swap,
             ud,
+            seq: 0,
         },
         n,
     ))

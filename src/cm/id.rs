@@ -76,6 +76,11 @@ pub(super) struct IdState {
     afonly: bool,
     /// `rdma_destroy_id` started: events for this id are discarded, as the kernel does.
     destroyed: bool,
+    /// ECE options to send (`rdma_set_local_ece`) and those the peer sent: (vendor id, options).
+    local_ece: (u32, u32),
+    remote_ece: (u32, u32),
+    /// `RDMA_OPTION_ID_REUSEADDR`: binding an address in use is allowed (only one may listen).
+    reuseaddr: bool,
     /// Multicast groups joined: (group address, MGID, send-only).
     pub(super) joins: Vec<(SocketAddr, [u8; 16], bool)>,
 }
@@ -202,7 +207,14 @@ pub(super) fn addr_from_wire(w: &[u8; 28]) -> SocketAddr {
 }
 
 fn rendezvous(ps: u32, ip: IpAddr, port: u16) -> String {
-    format!("rdmashim/cm/{ps:x}/{port}/{ip}")
+    rendezvous_for(ps, ip, port, false)
+}
+
+/// The rendezvous name of a bound id; an IPv6 wildcard with AFONLY gets its own name, which
+/// IPv4 connections do not try.
+fn rendezvous_for(ps: u32, ip: IpAddr, port: u16, v6only: bool) -> String {
+    let only = if v6only { "/v6only" } else { "" };
+    format!("rdmashim/cm/{ps:x}/{port}/{ip}{only}")
 }
 
 /// `true` if `ip` belongs to this host (a socket can bind to it).
@@ -296,6 +308,9 @@ impl CmId {
                 afonly: false,
                 destroyed: false,
                 joins: Vec::new(),
+                local_ece: (0, 0),
+                remote_ece: (0, 0),
+                reuseaddr: false,
             }),
             acked: Condvar::new(),
             me: me.clone(),
@@ -489,13 +504,15 @@ impl CmId {
         if !is_local(addr.ip()) {
             return Err(Errno::EADDRNOTAVAIL);
         }
+        let v6only = st.afonly && addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+        let name = |port| rendezvous_for(self.ps, addr.ip(), port, v6only);
         let (fd, port) = if addr.port() == 0 {
             let mut found = None;
             for _ in 0..64 {
                 let port = random_port();
-                match unix::bind(&rendezvous(self.ps, addr.ip(), port)) {
+                match unix::bind(&name(port)) {
                     Ok(fd) => {
-                        found = Some((fd, port));
+                        found = Some((Some(fd), port));
                         break;
                     }
                     Err(e) if e == Errno::EADDRINUSE => continue,
@@ -504,10 +521,15 @@ impl CmId {
             }
             found.ok_or(Errno::EADDRINUSE)?
         } else {
-            (unix::bind(&rendezvous(self.ps, addr.ip(), addr.port()))?, addr.port())
+            match unix::bind(&name(addr.port())) {
+                Ok(fd) => (Some(fd), addr.port()),
+                // REUSEADDR: the address is shared; the name is taken again at listen time.
+                Err(e) if e == Errno::EADDRINUSE && st.reuseaddr => (None, addr.port()),
+                Err(e) => return Err(e),
+            }
         };
         let local = SocketAddr::new(addr.ip(), port);
-        st.bound = Some(Arc::new(fd));
+        st.bound = fd.map(Arc::new);
         st.local = Some(local);
         st.state = State::Bound;
         // SAFETY: under the state lock (held by the caller).
@@ -633,6 +655,17 @@ impl CmId {
             State::Listen => return Ok(()),
             _ => return Err(Errno::EINVAL),
         }
+        if st.bound.is_none() {
+            // Bound with REUSEADDR to an address in use: listening needs the name itself.
+            let local = st.local.ok_or(Errno::EINVAL)?;
+            let v6only = st.afonly && local.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+            st.bound = Some(Arc::new(unix::bind(&rendezvous_for(
+                self.ps,
+                local.ip(),
+                local.port(),
+                v6only,
+            ))?));
+        }
         let fd = st.bound.as_ref().ok_or(Errno::EINVAL)?;
         unix::listen_bound(fd, backlog.max(16))?;
         let fd = fd.clone();
@@ -682,6 +715,7 @@ impl CmId {
         st.local = Some(local);
         st.remote = Some(remote);
         st.peer_qpn = m.qpn;
+        st.remote_ece = (m.ece_vendor, m.ece_options);
         // SAFETY: under the new id's state lock; not yet visible to the application.
         let r = unsafe { nid.raw.get_mut() };
         r.verbs = cm_context()?;
@@ -851,6 +885,9 @@ impl CmId {
 
     /// `rdma_init_qp_attr`: for a QP the application creates and moves itself.
     pub fn init_qp_attr(&self, state: u32) -> Result<(ibv_qp_attr, u32)> {
+        if self.raw.get().verbs.is_null() {
+            return Err(Errno::EINVAL); // not bound to a device yet
+        }
         let (peer, params) = {
             let st = lock(&self.st);
             (st.peer_qpn, st.params)
@@ -904,6 +941,7 @@ impl CmId {
         };
         let mut m = Msg::new(proto::REP);
         m.qpn = qpn;
+        (m.ece_vendor, m.ece_options) = lock(&self.st).local_ece;
         if let Some(p) = p {
             if p.private_data_len as usize > proto::REP_PRIVATE {
                 return Err(Errno::EINVAL);
@@ -920,6 +958,7 @@ impl CmId {
             m.private[..pd.len()].copy_from_slice(pd);
             m.private_len = pd.len() as u32;
             m.rnr_retry_count = p.rnr_retry_count;
+            m.flow_control = p.flow_control;
         }
         m.responder_resources = params.responder_resources;
         m.initiator_depth = params.initiator_depth;
@@ -981,6 +1020,7 @@ impl CmId {
         };
         let mut m = Msg::new(proto::REQ);
         m.qpn = qpn;
+        (m.ece_vendor, m.ece_options) = lock(&self.st).local_ece;
         let mut params = ConnParams {
             responder_resources: 0,
             initiator_depth: 0,
@@ -1004,6 +1044,10 @@ impl CmId {
             private.extend_from_slice(unsafe { private_slice(p.private_data, p.private_data_len) });
             m.flow_control = p.flow_control;
             m.srq = p.srq;
+        }
+        // With a QP, rdma_cm reports whether that QP uses an SRQ, whatever the caller said.
+        if let Ok(q) = qp::lookup(self.raw.get().qp) {
+            m.srq = q.srq.is_some() as u8;
         }
         if private.len() > proto::REQ_PRIVATE {
             return Err(Errno::EINVAL);
@@ -1047,6 +1091,15 @@ impl CmId {
             names.push(rendezvous(self.ps, IpAddr::V4(Ipv4Addr::UNSPECIFIED), remote.port()));
         }
         names.push(rendezvous(self.ps, IpAddr::V6(Ipv6Addr::UNSPECIFIED), remote.port()));
+        if remote.is_ipv6() {
+            // An AFONLY [::] listener takes IPv6 connections only.
+            names.push(rendezvous_for(
+                self.ps,
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                remote.port(),
+                true,
+            ));
+        }
         let mut last = Errno::ECONNREFUSED;
         for n in names {
             match unix::connect(&n) {
@@ -1128,7 +1181,11 @@ impl CmId {
         let state = self.state();
         match (m.kind, state) {
             (proto::REP, State::Connecting) => {
-                lock(&self.st).peer_qpn = m.qpn;
+                {
+                    let mut st = lock(&self.st);
+                    st.peer_qpn = m.qpn;
+                    st.remote_ece = (m.ece_vendor, m.ece_options);
+                }
                 let reported = EventParams {
                     private: m.private_data(),
                     private_len: proto::REP_PRIVATE as u8,
@@ -1222,7 +1279,10 @@ impl CmId {
                     None,
                 );
             }
-            State::Connected | State::Disconnecting | State::RespRcvd => self.report_disconnect(),
+            // UD ids are never connected: the SIDR exchange's connection just ends.
+            State::Connected | State::Disconnecting | State::RespRcvd if !self.is_ud() => {
+                self.report_disconnect()
+            }
             _ => {}
         }
         lock(&self.st).conn = None;
@@ -1248,6 +1308,20 @@ impl CmId {
 
     pub fn set_afonly(&self, v: bool) {
         lock(&self.st).afonly = v;
+    }
+
+    pub fn set_reuseaddr(&self, v: bool) {
+        lock(&self.st).reuseaddr = v;
+    }
+
+    /// `rdma_set_local_ece`: options sent with our REQ or REP.
+    pub fn set_local_ece(&self, vendor: u32, options: u32) {
+        lock(&self.st).local_ece = (vendor, options);
+    }
+
+    /// `rdma_get_remote_ece`: the options the peer sent (zero if none).
+    pub fn remote_ece(&self) -> (u32, u32) {
+        lock(&self.st).remote_ece
     }
 
     pub fn record_owned(&self, cqs: &[usize], channels: &[usize]) {

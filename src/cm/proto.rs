@@ -48,6 +48,9 @@ pub struct Msg {
     pub _pad: [u8; 2],
     /// SIDR: the responder's qkey.
     pub qkey: u32,
+    /// Enhanced connection establishment options (`rdma_set_local_ece`), 0 when unset.
+    pub ece_vendor: u32,
+    pub ece_options: u32,
     /// Sender's address, as a sockaddr_in6 (IPv4 is v4-mapped), for the peer's route data.
     pub src: [u8; 28],
     pub dst: [u8; 28],
@@ -72,6 +75,8 @@ impl Msg {
             srq: 0,
             _pad: [0; 2],
             qkey: 0,
+            ece_vendor: 0,
+            ece_options: 0,
             src: [0; 28],
             dst: [0; 28],
             private: [0; MAX_PRIVATE],

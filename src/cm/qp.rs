@@ -64,6 +64,9 @@ impl CmId {
         {
             return Err(Errno::EINVAL);
         }
+        if attr.srq.is_null() {
+            attr.srq = raw.srq; // the id's SRQ (rdma_create_srq) feeds its QP
+        }
         let mut made = Made::default();
         let r = (|| -> Result<_> {
             let mut send = (raw.send_cq_channel, raw.send_cq);

@@ -28,6 +28,8 @@ pub struct Wc {
     pub src_qp: u32,
     pub wc_flags: u32,
     pub solicited: bool,
+    /// Send completions: the send queue position of the request (see `Qp::retire`), 0 else.
+    pub sq_seq: u64,
 }
 
 impl Wc {
@@ -301,12 +303,25 @@ impl Cq {
             match st.wcs.pop_front() {
                 Some((wc, _)) => {
                     wc.write_to(&mut out[n]);
+                    self.retire(&wc);
                     n += 1;
                 }
                 None => break,
             }
         }
         n
+    }
+
+    /// A polled send completion frees its send queue entries (and those of the unsignaled
+    /// requests before it), as a hardware provider's send queue tail moves on poll.
+    fn retire(&self, wc: &Wc) {
+        if wc.sq_seq == 0 {
+            return;
+        }
+        let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(q) = qps.iter().filter_map(|w| w.upgrade()).find(|q| q.qpn == wc.qp_num) {
+            q.retire(wc.sq_seq);
+        }
     }
 
     /// Extended polling: takes one completion and its timestamp, after running the QPs feeding
@@ -316,18 +331,17 @@ impl Cq {
             POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
             self.progress_qps();
         }
-        self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front()
+        let got = self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front();
+        if let Some((wc, _)) = &got {
+            self.retire(wc);
+        }
+        got
     }
 
     fn progress_qps(&self) {
-        let qps: Vec<Arc<Qp>> = self
-            .qps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(|w| w.upgrade())
-            .collect();
-        for q in qps {
+        // Progress never takes this list's lock, so holding it here cannot deadlock.
+        let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        for q in qps.iter().filter_map(|w| w.upgrade()) {
             q.progress_now();
         }
     }

@@ -64,6 +64,9 @@ impl Mr {
         if (addr as usize).checked_add(len).is_none() {
             return Err(Errno::EINVAL);
         }
+        if len > 0 && !is_mapped(addr as usize, len) {
+            return Err(Errno::EFAULT); // as pinning fails in the kernel
+        }
         let raw: CBox<ibv_mr> = CBox::zeroed();
         let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
         let key = loop {
@@ -93,6 +96,17 @@ impl Mr {
         KEYS.write().unwrap_or_else(|e| e.into_inner()).remove(&mr.key);
         Ok(())
     }
+}
+
+/// Whether `[addr, addr+len)` is mapped in this process: `msync(MS_ASYNC)` fails with ENOMEM on
+/// unmapped pages and otherwise does nothing.
+fn is_mapped(addr: usize, len: usize) -> bool {
+    // SAFETY: sysconf is always safe to call.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let start = addr & !(page - 1);
+    let end = (addr + len).div_ceil(page) * page;
+    // SAFETY: msync with MS_ASYNC only inspects the mappings of the range.
+    unsafe { libc::msync(start as *mut libc::c_void, end - start, libc::MS_ASYNC) == 0 }
 }
 
 /// Why an access was refused.

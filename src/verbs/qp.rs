@@ -82,6 +82,8 @@ pub struct QpState {
     pub(super) peer_gone: bool,
     /// When the transport retries towards a silent peer run out.
     pub(super) retry_deadline: Option<std::time::Instant>,
+    /// Send requests accepted so far (the last one's send queue position).
+    sq_posted: u64,
     /// UD: multicast groups this QP is attached to, with the marker socket of each.
     mcast: Vec<([u8; 16], OwnedFd)>,
 }
@@ -101,6 +103,8 @@ pub struct Qp {
     pub cap: ibv_qp_cap,
     /// The socket that owns our QPN: listening (RC) or receiving datagrams (UD).
     listener: OwnedFd,
+    /// The highest send queue position whose completion was polled.
+    sq_retired: std::sync::atomic::AtomicU64,
     /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
     block_self_mcast: std::sync::atomic::AtomicBool,
     st: Mutex<QpState>,
@@ -240,6 +244,7 @@ impl Qp {
             cap: attr.cap,
             listener,
             block_self_mcast: std::sync::atomic::AtomicBool::new(false),
+            sq_retired: std::sync::atomic::AtomicU64::new(0),
             st: Mutex::new(QpState {
                 state: IBV_QPS_RESET,
                 attr: qattr,
@@ -253,6 +258,7 @@ impl Qp {
                 pending_hello: None,
                 peer_gone: false,
                 retry_deadline: None,
+                sq_posted: 0,
                 mcast: Vec::new(),
             }),
             me: me.clone(),
@@ -427,6 +433,8 @@ impl Qp {
             IBV_QPS_RESET => {
                 st.sq.clear();
                 st.inflight.clear();
+                // Reset empties the send queue without completions.
+                self.retire(st.sq_posted);
                 st.rq.clear();
                 st.cur_in = None;
                 st.responses.clear();
@@ -536,41 +544,48 @@ impl Qp {
             l.out.close();
             l.notify_peer();
         }
-        let flush = |wr_id, cq: &Cq, opcode| {
+        let flush = |wr_id, cq: &Cq, opcode, sq_seq| {
             cq.push(Wc {
                 wr_id,
                 status: IBV_WC_WR_FLUSH_ERR,
                 opcode,
                 qp_num: self.qpn,
+                sq_seq,
                 ..Wc::default()
             })
         };
         for f in st.inflight.drain(..) {
-            flush(f.wr_id, &self.send_cq, f.wc_opcode);
+            flush(f.wr_id, &self.send_cq, f.wc_opcode, f.seq);
         }
         for w in st.sq.drain(..) {
-            flush(w.wr_id, &self.send_cq, w.wc_opcode());
+            flush(w.wr_id, &self.send_cq, w.wc_opcode(), w.seq);
         }
         st.pushed = 0;
         st.responses.clear();
         if let Some(InMsg::Recv { wqe, .. }) = st.cur_in.take() {
-            flush(wqe.wr_id, &self.recv_cq, IBV_WC_RECV);
+            flush(wqe.wr_id, &self.recv_cq, IBV_WC_RECV, 0);
         }
         for w in st.rq.drain(..) {
-            flush(w.wr_id, &self.recv_cq, IBV_WC_RECV);
+            flush(w.wr_id, &self.recv_cq, IBV_WC_RECV, 0);
         }
     }
 
+    /// A send request failed: its error completion, then the QP fails.
     pub(super) fn error_completion(
         &self,
         st: &mut QpState,
-        cq: &Cq,
         wr_id: u64,
+        sq_seq: u64,
         status: u32,
         opcode: u32,
     ) {
-        cq.push(Wc { wr_id, status, opcode, qp_num: self.qpn, ..Wc::default() });
+        self.send_cq.push(Wc { wr_id, status, opcode, qp_num: self.qpn, sq_seq, ..Wc::default() });
         self.fail(st);
+    }
+
+    /// Send queue entries up to `seq` are free again (their completion was polled).
+    pub fn retire(&self, seq: u64) {
+        self.sq_retired.fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Moves to ERR because of an error (not a modify): flushes, and reports `IBV_EVENT_QP_FATAL`
@@ -584,31 +599,39 @@ impl Qp {
     }
 
     /// Validates and queues one send request.
-    pub fn post_send(&self, w: SendWqe, num_sge: usize) -> Result<()> {
+    pub fn post_send(&self, mut w: SendWqe, num_sge: usize) -> Result<()> {
+        use std::sync::atomic::Ordering::Acquire;
         let mut st = lock(&self.st);
-        match st.state {
-            IBV_QPS_RTS => {}
-            IBV_QPS_ERR => {
-                // Posting to a QP in error is allowed: the request is flushed.
-                self.send_cq.push(Wc {
-                    wr_id: w.wr_id,
-                    status: IBV_WC_WR_FLUSH_ERR,
-                    opcode: w.wc_opcode(),
-                    qp_num: self.qpn,
-                    ..Wc::default()
-                });
-                return Ok(());
-            }
-            _ => return Err(Errno::EINVAL),
+        if !matches!(st.state, IBV_QPS_RTS | IBV_QPS_ERR) {
+            return Err(Errno::EINVAL);
         }
         if num_sge > self.cap.max_send_sge as usize || w.len > device::MAX_MSG as u64 {
             return Err(Errno::EINVAL);
         }
         if self.qp_type == ibv_qp_type::IBV_QPT_UD {
-            return self.post_send_ud(&mut st, w);
+            Self::check_ud(&w)?;
         }
-        if st.sq.len() + st.inflight.len() >= self.cap.max_send_wr as usize {
+        // A request holds its send queue entry until its completion (or a later one) is polled.
+        let posted = st.sq_posted;
+        if posted - self.sq_retired.load(Acquire).min(posted) >= self.cap.max_send_wr as u64 {
             return Err(Errno::ENOMEM);
+        }
+        st.sq_posted = posted + 1;
+        w.seq = posted + 1;
+        if st.state == IBV_QPS_ERR {
+            // Posting to a QP in error is allowed: the request is flushed.
+            self.send_cq.push(Wc {
+                wr_id: w.wr_id,
+                status: IBV_WC_WR_FLUSH_ERR,
+                opcode: w.wc_opcode(),
+                qp_num: self.qpn,
+                sq_seq: w.seq,
+                ..Wc::default()
+            });
+            return Ok(());
+        }
+        if self.qp_type == ibv_qp_type::IBV_QPT_UD {
+            return self.post_send_ud(&mut st, w);
         }
         st.sq.push_back(w);
         if self.push_sends(&mut st) {

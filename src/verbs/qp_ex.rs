@@ -244,6 +244,7 @@ impl QpEx {
                     compare_add: op.compare_add,
                     swap: op.swap,
                     ud: None,
+                    seq: 0,
                 },
                 num_sge: 0,
                 inline_flag: f(ibv_send_flags::IBV_SEND_INLINE),

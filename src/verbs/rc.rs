@@ -45,6 +45,8 @@ pub struct SendWqe {
     pub swap: u64,
     /// UD destination (`wr.ud`).
     pub ud: Option<super::ud::UdDest>,
+    /// Send queue position, assigned by `Qp::post_send`.
+    pub seq: u64,
 }
 
 impl SendWqe {
@@ -78,6 +80,7 @@ impl SendWqe {
 /// A request written to the ring and not yet completed.
 pub struct Inflight {
     pub wr_id: u64,
+    pub seq: u64,
     pub signaled: bool,
     pub wc_opcode: u32,
     pub len: u32,
@@ -135,15 +138,9 @@ impl Qp {
             if st.pushed == 0 {
                 if let Payload::Sges(sgl) = &w.payload {
                     if self.check_local(sgl, w.local_access()).is_err() {
-                        let (wr_id, op) = (w.wr_id, w.wc_opcode());
+                        let (wr_id, op, seq) = (w.wr_id, w.wc_opcode(), w.seq);
                         st.sq.pop_front();
-                        self.error_completion(
-                            st,
-                            &self.send_cq.clone(),
-                            wr_id,
-                            IBV_WC_LOC_PROT_ERR,
-                            op,
-                        );
+                        self.error_completion(st, wr_id, seq, IBV_WC_LOC_PROT_ERR, op);
                         return wrote;
                     }
                 }
@@ -214,6 +211,7 @@ impl Qp {
             let awaits = w.awaits_response();
             st.inflight.push_back(Inflight {
                 wr_id: w.wr_id,
+                seq: w.seq,
                 signaled: w.signaled || self.sq_sig_all,
                 wc_opcode: w.wc_opcode(),
                 len: w.len as u32,
@@ -504,6 +502,7 @@ impl Qp {
                                 qp_num: self.qpn,
                                 src_qp: st.attr.dest_qp_num,
                                 solicited: h.solicited != 0,
+                                sq_seq: 0,
                             });
                         }
                     }
@@ -601,9 +600,9 @@ impl Qp {
         let mut did = false;
         while let Some(f) = st.inflight.front() {
             if let Some(status) = f.error {
-                let (wr_id, op) = (f.wr_id, f.wc_opcode);
+                let (wr_id, op, seq) = (f.wr_id, f.wc_opcode, f.seq);
                 st.inflight.pop_front();
-                self.error_completion(st, &self.send_cq.clone(), wr_id, status, op);
+                self.error_completion(st, wr_id, seq, status, op);
                 return true;
             }
             let complete = if f.awaits_response { f.done } else { f.end_seq <= tail };
@@ -619,6 +618,7 @@ impl Qp {
                     opcode: f.wc_opcode,
                     byte_len: f.len,
                     qp_num: self.qpn,
+                    sq_seq: f.seq,
                     ..Wc::default()
                 });
             }
@@ -631,15 +631,15 @@ impl Qp {
         if st.state == IBV_QPS_ERR {
             return;
         }
-        let (wr_id, op) = if let Some(f) = st.inflight.pop_front() {
-            (f.wr_id, f.wc_opcode)
+        let (wr_id, op, seq) = if let Some(f) = st.inflight.pop_front() {
+            (f.wr_id, f.wc_opcode, f.seq)
         } else if let Some(w) = st.sq.pop_front() {
-            (w.wr_id, w.wc_opcode())
+            (w.wr_id, w.wc_opcode(), w.seq)
         } else {
             return;
         };
         st.pushed = 0;
-        self.error_completion(st, &self.send_cq.clone(), wr_id, IBV_WC_RETRY_EXC_ERR, op);
+        self.error_completion(st, wr_id, seq, IBV_WC_RETRY_EXC_ERR, op);
     }
 
     /// One pass of the data path for this QP. Callable from any thread.

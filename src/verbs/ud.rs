@@ -44,27 +44,26 @@ fn grh(h: &UdHdr) -> [u8; GRH_LEN] {
 
 impl Qp {
     /// Sends one UD request at once (UD has no acknowledgements: it completes when sent).
+    /// What a UD send request must satisfy to be accepted at post time.
+    pub(super) fn check_ud(w: &SendWqe) -> Result<()> {
+        let ok_op =
+            matches!(w.opcode, ibv_wr_opcode::IBV_WR_SEND | ibv_wr_opcode::IBV_WR_SEND_WITH_IMM);
+        if w.ud.is_none() || !ok_op || w.len as usize > UD_MTU {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
+
     pub(super) fn post_send_ud(&self, st: &mut QpState, w: SendWqe) -> Result<()> {
+        Self::check_ud(&w)?;
         let ud = w.ud.as_ref().ok_or(Errno::EINVAL)?;
-        if !matches!(w.opcode, ibv_wr_opcode::IBV_WR_SEND | ibv_wr_opcode::IBV_WR_SEND_WITH_IMM) {
-            return Err(Errno::EINVAL);
-        }
-        if w.len as usize > UD_MTU {
-            return Err(Errno::EINVAL);
-        }
         let mut buf = [0u8; UD_MTU];
         let n = w.len as usize;
         match &w.payload {
             Payload::Inline(v) => buf[..n].copy_from_slice(v),
             Payload::Sges(sgl) => {
                 if self.check_local(sgl, 0).is_err() {
-                    self.error_completion(
-                        st,
-                        &self.send_cq.clone(),
-                        w.wr_id,
-                        IBV_WC_LOC_PROT_ERR,
-                        IBV_WC_SEND,
-                    );
+                    self.error_completion(st, w.wr_id, w.seq, IBV_WC_LOC_PROT_ERR, IBV_WC_SEND);
                     return Ok(());
                 }
                 let mut off = 0;
@@ -117,6 +116,7 @@ impl Qp {
                 opcode: IBV_WC_SEND,
                 byte_len: n as u32,
                 qp_num: self.qpn,
+                sq_seq: w.seq,
                 ..Wc::default()
             });
         }

@@ -127,10 +127,12 @@ impl Link {
                 }
                 let efd = fds.pop().ok_or(Errno::EINVAL)?;
                 let bshm = fds.pop().ok_or(Errno::EINVAL)?;
-                let bell = Bell::from_fds(bshm, efd)?;
-                // Anything we published before knowing the peer's doorbell must still wake it.
+                // Store the doorbell first, then ring it: a publisher that still saw no doorbell
+                // published before this ring, so the peer's wake-up sees its data; one that sees
+                // the doorbell rings it itself. (The other order loses wake-ups.)
+                let mut slot = self.peer_bell.lock().unwrap_or_else(|e| e.into_inner());
+                let bell = slot.insert(Bell::from_fds(bshm, efd)?);
                 bell.ring();
-                *self.peer_bell.lock().unwrap_or_else(|e| e.into_inner()) = Some(bell);
                 Ok(true)
             }
         }

@@ -1,0 +1,243 @@
+"""The acceptance scenarios: Debian's unmodified RDMA programs, run in pairs on rdmashim.
+
+Each scenario is one server command and one client command (both started by run.py, server
+first), how to tell that the server is ready, what both must print, and whether the server exits
+by itself or is killed once the client is done. `run.py <scenario> <mode>` runs one;
+docs/ACCEPTANCE.md has the table and the status; xfail.txt lists the ones that do not work yet.
+
+Commands are argument lists; `{port}` is replaced by a port and `{host}` by 127.0.0.1 (only
+loopback addresses are used). run.py picks a random free port for every run, so two suites on
+one host (two checkouts, two engineers) never meet; with --fixed-ports it uses the table's
+(`port` for preload, `port + 1` for dropin, distinct for every scenario), which is also what
+docs/ACCEPTANCE.md shows for running a scenario by hand. udaddy (fixed port 7174) and mckey (no
+port; the group address) cannot be separated that way: they must not run twice at once.
+
+Success criteria (all must hold):
+  * every program whose exit matters exits 0 (`server_exits=False`: the server never exits by
+    itself; it must still be running when the client is done, and is then killed);
+  * `expect` lines: (who, regex[, count]) -- who is "server", "client" or "both"; count None
+    means "at least one matching line", an int means exactly that many;
+  * no `forbid` line: (who, regex).
+"""
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Scenario:
+    name: str
+    issue: int                       # the issue whose acceptance list has it (2 = foundation)
+    title: str                       # one line for humans
+    server: List[str]
+    client: List[str]
+    port: int = 0                    # preload uses port, dropin port + 1 (0: no port option)
+    # Readiness: "tcp" waits until the server listens on TCP {port} (side-channel programs);
+    # "sleep" waits `ready_wait` seconds. Then the client starts.
+    ready: str = "sleep"
+    ready_wait: float = 0.5
+    # Client output meaning "the server is not listening yet": the client is started again
+    # (at most `retries` attempts in all) while the server still runs.
+    not_ready: Optional[str] = None
+    retries: int = 5
+    # Client output of a known race in the program itself after which neither side can go on
+    # (the server waits forever): run.py reruns the whole scenario (at most `reruns` times) and
+    # says so in the log ("RERUN ... known race").
+    rerun_on: Optional[str] = None
+    reruns: int = 2
+    server_exits: bool = True        # False: the server never exits by itself (killed at the end)
+    expect: List[Tuple] = field(default_factory=list)
+    forbid: List[Tuple] = field(default_factory=list)
+    timeout: float = 30.0            # seconds, per program
+    # Name of a host-wide lock (a file under $TMPDIR) for scenarios whose port or group address
+    # the program fixes: run.py holds it while the scenario runs, so two suites on one host
+    # take turns instead of meeting.
+    host_lock: Optional[str] = None
+
+    def argv(self, which, port):
+        cmd = self.server if which == "server" else self.client
+        return [a.format(port=port, host=HOST) for a in cmd]
+
+    def port_for(self, mode):
+        return self.port + (1 if mode == "dropin" else 0) if self.port else 0
+
+
+SCENARIOS: List[Scenario] = []
+
+
+def add(s):
+    assert all(o.name != s.name for o in SCENARIOS), s.name
+    assert not s.port or all(abs(o.port - s.port) >= 2 for o in SCENARIOS if o.port), s.name
+    SCENARIOS.append(s)
+
+
+# Port plan (--fixed-ports): 7500..7599, two per scenario (preload, dropin). udaddy's port is
+# fixed by the program (7174, RDMA_PS_UDP) and mckey has none; neither can run twice at once.
+
+# --- issue 2: the foundation ------------------------------------------------------------------
+add(Scenario(
+    name="rdma-server-client", issue=2,
+    title="rdma_server / rdma_client: sync CM endpoint API, one RC SEND each way",
+    server=["rdma_server", "-p", "{port}"],
+    client=["rdma_client", "-s", "{host}", "-p", "{port}"],
+    port=7500,
+    not_ready=r"rdma_connect: Connection refused",
+    expect=[("both", r"end 0\s*$")],
+))
+
+# --- issue 4: datagrams and multicast ---------------------------------------------------------
+UD_DONE = [("both", r"^data transfers complete"), ("both", r"^test complete"),
+           ("both", r"^return status 0\s*$")]
+add(Scenario(
+    name="udaddy", issue=4,
+    title="udaddy: RDMA_PS_UDP through the CM, SEND_WITH_IMM, AH from WC (fixed port 7174)",
+    server=["udaddy", "-b", "{host}"],
+    client=["udaddy", "-s", "{host}"],
+    host_lock="udaddy-ps-udp-7174",
+    not_ready=r"RDMA_CM_EVENT_(REJECTED|UNREACHABLE)",
+    expect=UD_DONE,
+))
+add(Scenario(
+    name="udaddy-c4", issue=4,
+    title="udaddy -c 4 -C 50: four UD connections, fifty messages each",
+    server=["udaddy", "-b", "{host}", "-c", "4", "-C", "50"],
+    client=["udaddy", "-s", "{host}", "-c", "4", "-C", "50"],
+    host_lock="udaddy-ps-udp-7174",
+    not_ready=r"RDMA_CM_EVENT_(REJECTED|UNREACHABLE)",
+    expect=UD_DONE,
+))
+add(Scenario(
+    name="mckey", issue=4,
+    title="mckey: join 239.1.1.1, the sender's 10 datagrams reach the receiver",
+    server=["mckey", "-m", "239.1.1.1", "-b", "{host}"],             # receiver
+    client=["mckey", "-m", "239.1.1.1", "-s", "-b", "{host}"],       # sender
+    host_lock="mckey-239.1.1.1",
+    ready_wait=1.0,   # the receiver must have joined before the sender sends
+    expect=[("both", r"^mckey: joined dgid: ")] + UD_DONE,
+))
+add(Scenario(
+    name="ud-pingpong", issue=4,
+    title="ibv_ud_pingpong -g 0: raw UD verbs, GRH, qkey 0x11111111",
+    server=["ibv_ud_pingpong", "-g", "0", "-p", "{port}", "-n", "100"],
+    client=["ibv_ud_pingpong", "-g", "0", "-p", "{port}", "-n", "100", "{host}"],
+    port=7502, ready="tcp",
+    expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: "),
+            ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
+))
+
+# --- issue 5: full RC verbs -------------------------------------------------------------------
+RPING_N = 50
+for suffix, extra, title in [
+        ("", [], "rping: async CM + CM thread, RDMA READ/WRITE, data verified (-V)"),
+        ("-q", ["-q"], "rping -q: own QP, rdma_init_qp_attr, CONNECT_RESPONSE + rdma_establish")]:
+    add(Scenario(
+        name="rping" + suffix, issue=5, title=title,
+        server=["rping", "-s"] + extra + ["-a", "{host}", "-p", "{port}", "-v"],
+        client=["rping", "-c"] + extra + ["-a", "{host}", "-p", "{port}", "-C", str(RPING_N), "-V", "-v"],
+        port=7504 if not suffix else 7506,
+        not_ready=r"RDMA_CM_EVENT_REJECTED",
+        expect=[("client", r"^ping data: rdma-ping-\d+: ", RPING_N),
+                ("server", r"^server ping data: rdma-ping-\d+: ", RPING_N)],
+        forbid=[("both", r"data mismatch|error|failed")],
+    ))
+
+UCMATOSE_DONE = [("both", r"^data transfers complete"), ("both", r"^test complete"),
+                 ("both", r"^return status 0\s*$")]
+add(Scenario(
+    name="ucmatose-c8", issue=5,
+    title="ucmatose -c 8: eight async RC connections, sends both ways, server disconnects",
+    server=["ucmatose", "-b", "{host}", "-p", "{port}", "-c", "8"],
+    client=["ucmatose", "-s", "{host}", "-p", "{port}", "-c", "8"],
+    port=7508,
+    not_ready=r"RDMA_CM_EVENT_REJECTED",
+    expect=UCMATOSE_DONE + [("server", r"^cmatose: disconnecting"), ("client", r"^sending replies")],
+))
+add(Scenario(
+    name="ucmatose-m", issue=5,
+    title="ucmatose -m: rdma_migrate_id to a new event channel",
+    server=["ucmatose", "-b", "{host}", "-p", "{port}", "-m"],
+    client=["ucmatose", "-s", "{host}", "-p", "{port}", "-m"],
+    port=7510,
+    not_ready=r"RDMA_CM_EVENT_REJECTED",
+    expect=UCMATOSE_DONE + [("both", r"^migrating to new event channel")],
+))
+add(Scenario(
+    name="cmtime", issue=5,
+    title="cmtime -c 100: 100 parallel connects/disconnects, CM calls from several threads",
+    server=["cmtime", "-b", "{host}", "-p", "{port}"],
+    client=["cmtime", "-s", "{host}", "-p", "{port}", "-c", "100"],
+    port=7512,
+    server_exits=False,
+    not_ready=r"RDMA_CM_EVENT_REJECTED",
+    expect=[("client", r"^" + step + r"\s*$") for step in
+            ("creating id", "resolving address", "resolving route", "creating qp", "connecting",
+             "disconnecting", "destroying id")]
+    + [("client", r"^connect\s+:\s+[\d.]+"), ("client", r"^disconnect\s+:\s+[\d.]+")],
+    # Rejected or failed connections are only reported as event lines; the exit code stays 0.
+    forbid=[("client", r"^event: ")],
+))
+add(Scenario(
+    name="rdma-xserver", issue=5,
+    title="rdma_xserver / rdma_xclient -c r: ibv_post_send inline beyond max_inline_data",
+    server=["rdma_xserver", "-p", "{port}", "-c", "r"],
+    client=["rdma_xclient", "-s", "{host}", "-p", "{port}", "-c", "r"],
+    port=7514,
+    not_ready=r"rdma_connect: Connection refused",
+    expect=[("both", r"end 0\s*$")],
+))
+
+for suffix, extra, title, port in [
+        ("", [], "ibv_rc_pingpong -g 0: raw RC verbs, TCP side channel", 7516),
+        ("-e", ["-e"], "ibv_rc_pingpong -e: completion channel events", 7518),
+        ("-N", ["-N"], "ibv_rc_pingpong -N: ibv_create_qp_ex + ibv_wr_* posting", 7520),
+        ("-t", ["-t"], "ibv_rc_pingpong -t: ibv_create_cq_ex with timestamps, ibv_start_poll", 7522)]:
+    add(Scenario(
+        name="rc-pingpong" + suffix, issue=5, title=title,
+        server=["ibv_rc_pingpong", "-g", "0", "-p", "{port}", "-n", "100"] + extra,
+        client=["ibv_rc_pingpong", "-g", "0", "-p", "{port}", "-n", "100"] + extra + ["{host}"],
+        port=port, ready="tcp",
+        expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: "),
+                ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
+    ))
+
+# perftest: small iteration counts keep the whole set fast; the result table stays in the log.
+PERFTEST_ROW = r"^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+"   # "#bytes #iterations figure figure ..."
+port = 7530
+for prog in ("send_lat", "send_bw", "write_lat", "write_bw", "read_lat", "read_bw",
+             "atomic_lat", "atomic_bw"):
+    iters = "100" if prog.endswith("lat") else "50"
+    for rdma_cm in (False, True):
+        extra = ["-R"] if rdma_cm else []
+        add(Scenario(
+            name=f"ib-{prog.replace('_', '-')}" + ("-R" if rdma_cm else ""), issue=5,
+            title=f"perftest ib_{prog}" + (" -R (connection through rdma_cm)" if rdma_cm
+                                           else " (TCP side channel)"),
+            server=[f"ib_{prog}", "-p", "{port}", "-n", iters] + extra,
+            client=[f"ib_{prog}", "-p", "{port}", "-n", iters] + extra + ["{host}"],
+            port=port,
+            ready="sleep" if rdma_cm else "tcp",
+            # perftest -R connects twice: first a connection for exchanging parameters, then,
+            # after a handshake over it, the test connection to a listener the server creates
+            # only then. A client that starts before the first listener exists is rejected
+            # with "Unexpected CM event ... 8" and can simply start again. If the client's
+            # second connect beats the server's second rdma_listen (our address and route
+            # resolution take no time, so it often does), it is rejected with "Event:
+            # RDMA_CM_EVENT_REJECTED"; perftest then retries, but Debian's 4.5-0.17 retries on
+            # the ids it has just destroyed ("Failed to destroy RDMA CM ID number 0", fixed
+            # upstream in 3d9d8d0 "Fix crashes and logical flaws in RDMA CM connection
+            # retry") and the server waits forever. Only running the pair again helps.
+            rerun_on=r"Event: RDMA_CM_EVENT_REJECTED" if rdma_cm else None,
+            reruns=6,
+            expect=[("client", r"^\s*#bytes\s+#iterations"), ("client", PERFTEST_ROW)],
+            forbid=[("both", r"Couldn't|Unable to|Failed to|failed|Segmentation")],
+        ))
+        port += 2
+
+
+def by_name(name):
+    for s in SCENARIOS:
+        if s.name == name:
+            return s
+    return None
