@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +76,16 @@ static void connect_to(struct rdma_cm_id *id, struct rdma_event_channel *ch, uin
 	CHECK(rdma_resolve_route(id, 2000) == 0, "resolve_route");
 	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
 	CHECK(id->route.path_rec != NULL && id->route.num_paths == 1, "route has no path record");
+}
+
+static volatile int getter_returned;
+
+static void *block_in_get(void *arg)
+{
+	struct rdma_cm_event *e;
+	rdma_get_cm_event(arg, &e);
+	getter_returned = 1;
+	return NULL;
 }
 
 int main(void)
@@ -238,6 +250,17 @@ int main(void)
 	CHECK(rdma_destroy_id(listener) == 0, "destroy listener");
 	rdma_destroy_event_channel(sch);
 	rdma_destroy_event_channel(cch);
+	/* A thread blocked in rdma_get_cm_event stays blocked when the channel is destroyed under it,
+	 * as with the kernel (rping's teardown relies on it), instead of returning an error. */
+	struct rdma_event_channel *tch = rdma_create_event_channel();
+	pthread_t t;
+	CHECK(tch && pthread_create(&t, NULL, block_in_get, tch) == 0, "thread");
+	usleep(100 * 1000);
+	rdma_destroy_event_channel(tch);
+	usleep(300 * 1000);
+	CHECK(!getter_returned, "rdma_get_cm_event returned after its channel was destroyed");
+	puts("ok a thread blocked in rdma_get_cm_event stays blocked when the channel is destroyed");
+
 	puts("ok all");
 	return 0;
 }
