@@ -751,27 +751,10 @@ unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
             // SAFETY: off + n <= v.len() (the message length); dst valid per contract.
             unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(off as usize), dst, n) }
         }
-        Payload::Sges(sgl) => {
-            let mut skip = off;
-            let mut done = 0usize;
-            for s in sgl.as_slice() {
-                if done == n {
-                    break;
-                }
-                let l = s.length as u64;
-                if skip >= l {
-                    skip -= l;
-                    continue;
-                }
-                let take = ((l - skip) as usize).min(n - done);
-                // SAFETY: [s.addr, s.addr+l) is a checked registered region; dst has n bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping((s.addr + skip) as *const u8, dst.add(done), take)
-                };
-                done += take;
-                skip = 0;
-            }
-        }
+        Payload::Sges(sgl) => walk(sgl, off, n, |addr, at, len| {
+            // SAFETY: the piece lies in a checked registered region; dst has n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), len) }
+        }),
     }
 }
 
@@ -780,6 +763,15 @@ unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
 /// # Safety
 /// `src` is valid for `n` bytes; the SGEs were checked for local write within their regions.
 pub(super) unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
+    walk(sgl, off, n, |addr, at, len| {
+        // SAFETY: per the function's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(at), addr as *mut u8, len) }
+    })
+}
+
+/// Walks bytes `[off, off+n)` of the message a scatter/gather list describes: `f(address, offset
+/// within those n bytes, length)` for each contiguous piece.
+fn walk(sgl: &Sgl, off: u64, n: usize, mut f: impl FnMut(u64, usize, usize)) {
     let mut skip = off;
     let mut done = 0usize;
     for s in sgl.as_slice() {
@@ -792,8 +784,7 @@ pub(super) unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
             continue;
         }
         let take = ((l - skip) as usize).min(n - done);
-        // SAFETY: per the function's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(done), (s.addr + skip) as *mut u8, take) };
+        f(s.addr + skip, done, take);
         done += take;
         skip = 0;
     }
