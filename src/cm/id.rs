@@ -1065,22 +1065,30 @@ impl CmId {
             st.params = params;
             st.state = State::Connecting;
         }
+        self.send_request(remote, &m, RDMA_CM_EVENT_REJECTED, proto::REJ_NO_LISTENER)?;
+        self.complete()
+    }
+
+    /// Opens the CM connection to the listener for `remote` and sends the request. With no
+    /// listener there, the id gets `no_listener` (REJECTED for RC, UNREACHABLE for UD).
+    pub(super) fn send_request(
+        &self,
+        remote: SocketAddr,
+        m: &Msg,
+        no_listener: u32,
+        status: i32,
+    ) -> Result<()> {
         match self.dial(remote) {
             Ok(conn) => {
                 self.adopt_conn(conn)?;
-                self.send(&m)?;
+                self.send(m)
             }
             Err(_) => {
                 lock(&self.st).state = State::Rejected;
-                self.post_event(
-                    RDMA_CM_EVENT_REJECTED,
-                    proto::REJ_NO_LISTENER,
-                    EventParams::default(),
-                    None,
-                );
+                self.post_event(no_listener, status, EventParams::default(), None);
+                Ok(())
             }
         }
-        self.complete()
     }
 
     /// Opens a CM connection to the listener for `remote`: the exact address first, then the

@@ -85,21 +85,7 @@ impl CmId {
         m.src = addr_to_wire(&local);
         m.dst = addr_to_wire(&remote);
         lock(&self.st).state = State::Connecting;
-        match self.dial(remote) {
-            Ok(conn) => {
-                self.adopt_conn(conn)?;
-                self.send(&m)?;
-            }
-            Err(_) => {
-                lock(&self.st).state = State::Rejected;
-                self.post_event(
-                    RDMA_CM_EVENT_UNREACHABLE,
-                    proto::SIDR_UNSUPPORTED,
-                    EventParams::default(),
-                    None,
-                );
-            }
-        }
+        self.send_request(remote, &m, RDMA_CM_EVENT_UNREACHABLE, proto::SIDR_UNSUPPORTED)?;
         self.complete()
     }
 
