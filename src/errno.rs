@@ -19,6 +19,7 @@ impl Errno {
     pub const ENODEV: Errno = Errno(libc::ENODEV);
     pub const EINVAL: Errno = Errno(libc::EINVAL);
     pub const EFAULT: Errno = Errno(libc::EFAULT);
+    pub const EBADF: Errno = Errno(libc::EBADF);
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
     pub const ENODATA: Errno = Errno(libc::ENODATA);

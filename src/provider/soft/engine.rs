@@ -48,7 +48,9 @@ impl Bell {
 
     /// A peer's doorbell received as (segment fd, eventfd).
     pub fn from_fds(shm: OwnedFd, efd: OwnedFd) -> Result<Bell> {
-        Ok(Bell { shm: Shm::map(shm, BELL_SIZE)?, efd })
+        let mut shm = Shm::map(shm, BELL_SIZE)?;
+        shm.close_fd(); // a peer's doorbell is only written to: keep the mapping, not the fd
+        Ok(Bell { shm, efd })
     }
 
     fn word(&self) -> &BellWord {
@@ -57,8 +59,8 @@ impl Bell {
     }
 
     /// The descriptors to pass to a peer.
-    pub fn fds(&self) -> [RawFd; 2] {
-        [self.shm.fd().as_raw_fd(), self.efd.as_raw_fd()]
+    pub fn fds(&self) -> Result<[RawFd; 2]> {
+        Ok([self.shm.fd()?.as_raw_fd(), self.efd.as_raw_fd()])
     }
 
     /// Wakes the owner if, and only if, it sleeps.

@@ -82,12 +82,13 @@ pub struct Link {
 impl Link {
     /// Active side: connects to `peer_qpn` and sends the link segment and our doorbell.
     pub fn connect(my_qpn: u32, peer_qpn: u32) -> Result<Link> {
-        let shm = Shm::create(LINK_SIZE)?;
+        let mut shm = Shm::create(LINK_SIZE)?;
         let sock = unix::connect(&qp_name(peer_qpn))?;
-        let bell = engine()?.bell().fds();
+        let bell = engine()?.bell().fds()?;
         let h = Hello { magic: MAGIC, kind: HELLO, from_qpn: my_qpn, to_qpn: peer_qpn };
-        unix::send(sock.as_raw_fd(), h.as_bytes(), &[shm.fd().as_raw_fd(), bell[0], bell[1]])?;
-        // SAFETY: the segment is LINK_SIZE bytes and lives in self.shm as long as the rings.
+        unix::send(sock.as_raw_fd(), h.as_bytes(), &[shm.fd()?.as_raw_fd(), bell[0], bell[1]])?;
+        shm.close_fd(); // the peer has its own descriptor now
+                        // SAFETY: the segment is LINK_SIZE bytes and lives in self.shm as long as the rings.
         let (out, inn) = unsafe { (Ring::new(shm.ptr(), 0), Ring::new(shm.ptr(), 1)) };
         Ok(Link { shm, out, inn, peer_bell: Mutex::new(None), sock })
     }
@@ -105,9 +106,10 @@ impl Link {
         let efd = fds.pop().ok_or(Errno::EINVAL)?;
         let bshm = fds.pop().ok_or(Errno::EINVAL)?;
         let lshm = fds.pop().ok_or(Errno::EINVAL)?;
-        let shm = Shm::map(lshm, LINK_SIZE)?;
+        let mut shm = Shm::map(lshm, LINK_SIZE)?;
+        shm.close_fd();
         let peer = Bell::from_fds(bshm, efd)?;
-        let bell = engine()?.bell().fds();
+        let bell = engine()?.bell().fds()?;
         let a = Hello { magic: MAGIC, kind: ACK, from_qpn: my_qpn, to_qpn: hello.from_qpn };
         unix::send(sock.as_raw_fd(), a.as_bytes(), &bell)?;
         // SAFETY: the segment is LINK_SIZE bytes (checked by map) and lives in self.shm.

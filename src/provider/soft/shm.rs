@@ -7,7 +7,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 pub struct Shm {
     ptr: *mut u8,
     len: usize,
-    fd: OwnedFd,
+    /// Kept only while the segment still has to be passed to a peer (see `close_fd`).
+    fd: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics or by the single owner of
@@ -51,7 +52,7 @@ impl Shm {
         if ptr == libc::MAP_FAILED {
             return Err(Errno::last());
         }
-        Ok(Shm { ptr: ptr.cast(), len, fd })
+        Ok(Shm { ptr: ptr.cast(), len, fd: Some(fd) })
     }
 
     pub fn ptr(&self) -> *mut u8 {
@@ -66,8 +67,14 @@ impl Shm {
         self.len == 0
     }
 
-    pub fn fd(&self) -> &OwnedFd {
-        &self.fd
+    /// The segment's descriptor, to pass to a peer; `EBADF` once closed.
+    pub fn fd(&self) -> Result<&OwnedFd> {
+        self.fd.as_ref().ok_or(Errno::EBADF)
+    }
+
+    /// Closes the descriptor: the mapping stays. Saves a descriptor per segment.
+    pub fn close_fd(&mut self) {
+        self.fd = None;
     }
 }
 
