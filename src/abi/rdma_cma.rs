@@ -3,6 +3,7 @@
 use crate::abi::{arg, out, Infallible, MinusOne, Nothing, NullOr, Value};
 use crate::cm::addrinfo::{self, GaiError};
 use crate::cm::channel::{self, EventChannel, CHANNELS};
+use crate::cm::ep::Endpoint;
 use crate::cm::id::{self, cm_context, read_sockaddr, CmId};
 use crate::entry;
 use crate::errno::{Errno, Result};
@@ -332,66 +333,38 @@ entry! {
     fn rdma_create_ep(id: *mut *mut rdma_cm_id, res: *mut rdma_addrinfo, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> MinusOne {
         // SAFETY: id is NULL or a valid out-pointer; res is NULL or valid.
         let (out_id, ai) = unsafe { (out(id)?, arg(res)?) };
-        let new = CmId::create(None, std::ptr::null_mut(), ai.ai_port_space as u32, ai.ai_qp_type as u32)?;
-        let r = (|| -> Result<()> {
-            // SAFETY: rdma_addrinfo pointer fields are NULL or valid socket addresses.
-            let src = if ai.ai_src_addr.is_null() { None } else { Some(unsafe { read_sockaddr(ai.ai_src_addr) }?) };
-            if ai.ai_flags & 1 != 0 {
-                // RAI_PASSIVE: bind and keep the QP attributes for rdma_get_request.
-                new.bind(src.ok_or(Errno::EINVAL)?)?;
-                // SAFETY: qp_init_attr is NULL or valid for reads.
-                let saved = unsafe { qp_init_attr.as_ref() }.map(|a| {
-                    let mut a = crate::handle::pod_copy(a);
-                    a.qp_type = ai.ai_qp_type as u32;
-                    a
-                });
-                new.set_ep(pd, saved.as_ref());
-                return Ok(());
-            }
-            // SAFETY: as above.
-            let dst = unsafe { read_sockaddr(ai.ai_dst_addr) }?;
-            new.resolve_addr(src, dst)?;
-            new.resolve_route()?;
-            // SAFETY: qp_init_attr is NULL or valid for reads and writes.
-            if let Some(a) = unsafe { qp_init_attr.as_mut() } {
-                a.qp_type = ai.ai_qp_type as u32;
-                new.create_qp(pd, a)?;
-            }
-            if !ai.ai_connect.is_null() && ai.ai_connect_len > 0 {
-                // SAFETY: ai_connect holds ai_connect_len bytes.
-                new.set_connect_data(unsafe { std::slice::from_raw_parts(ai.ai_connect.cast(), ai.ai_connect_len) });
-            }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            new.destroy_qp();
-            let _ = new.destroy();
-            return Err(e);
-        }
-        *out_id = new.ptr();
+        let addr = |p: *mut sockaddr| -> Result<Option<std::net::SocketAddr>> {
+            // SAFETY: rdma_addrinfo's address fields are NULL or valid socket addresses.
+            if p.is_null() { Ok(None) } else { unsafe { read_sockaddr(p) }.map(Some) }
+        };
+        let connect_data: &[u8] = if ai.ai_connect.is_null() {
+            &[]
+        } else {
+            // SAFETY: ai_connect holds ai_connect_len bytes.
+            unsafe { std::slice::from_raw_parts(ai.ai_connect.cast(), ai.ai_connect_len) }
+        };
+        let ep = Endpoint {
+            passive: ai.ai_flags & addrinfo::RAI_PASSIVE != 0,
+            port_space: ai.ai_port_space as u32,
+            qp_type: ai.ai_qp_type as u32,
+            src: addr(ai.ai_src_addr)?,
+            dst: addr(ai.ai_dst_addr)?,
+            connect_data,
+        };
+        // SAFETY: qp_init_attr is NULL or valid for reads and writes.
+        *out_id = CmId::create_ep(&ep, pd, unsafe { qp_init_attr.as_mut() })?.ptr();
         Ok(())
     }
 
     fn rdma_destroy_ep(id: *mut rdma_cm_id) -> Nothing {
-        let i = live(id)?;
-        i.destroy_qp();
-        i.destroy_srq();
-        i.destroy()
+        live(id)?.destroy_ep()
     }
 
     fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> MinusOne {
         let l = live(listen)?;
         // SAFETY: id is NULL or a valid out-pointer.
         let o = unsafe { out(id) }?;
-        let nid = l.get_request()?;
-        if let Some((pd, mut attr)) = nid.ep_qp() {
-            if let Err(e) = nid.create_qp(pd, &mut attr) {
-                let _ = nid.reject(&[], crate::cm::proto::REJ_CONSUMER);
-                let _ = nid.destroy();
-                return Err(e);
-            }
-        }
-        *o = nid.ptr();
+        *o = l.get_request_ep()?.ptr();
         Ok(())
     }
 

@@ -153,6 +153,29 @@ fn live_mr(mr: *mut ibv_mr) -> Result<Option<std::sync::Arc<crate::verbs::mr::Mr
     crate::verbs::objects().mrs.get(mr).map(Some)
 }
 
+/// Posts an RDMA READ or WRITE work request to `remote_addr`/`rkey`.
+///
+/// # Safety
+/// As [`post_send_wr`].
+unsafe fn post_rdma(
+    id: *mut rdma_cm_id,
+    context: *mut c_void,
+    sgl: *mut ibv_sge,
+    nsge: c_int,
+    op: u32,
+    flags: c_int,
+    remote_addr: u64,
+    rkey: u32,
+) -> Result<()> {
+    // SAFETY: per the function's contract.
+    unsafe {
+        post_send_wr(id, context, sgl, nsge, op, flags, |wr| {
+            wr.wr.rdma.remote_addr = remote_addr;
+            wr.wr.rdma.rkey = rkey;
+        })
+    }
+}
+
 /// The lkey of an optional MR: `mr ? mr->lkey : 0`, `EINVAL` if `mr` is not live.
 fn lkey_or_zero(mr: *mut ibv_mr) -> Result<u32> {
     Ok(live_mr(mr)?.map_or(0, |m| m.key))
@@ -288,13 +311,18 @@ pub unsafe extern "C" fn rdma_post_readv(
     rkey: u32,
 ) -> c_int {
     call::<MinusOne>(|| {
-        let op = ibv_wr_opcode::IBV_WR_RDMA_READ;
-        // SAFETY: post_send_wr checks `id`; `sgl` is the caller's.
+        // SAFETY: post_rdma checks `id`; `sgl` is the caller's.
         unsafe {
-            post_send_wr(id, context, sgl, nsge, op, flags, |wr| {
-                wr.wr.rdma.remote_addr = remote_addr;
-                wr.wr.rdma.rkey = rkey;
-            })
+            post_rdma(
+                id,
+                context,
+                sgl,
+                nsge,
+                ibv_wr_opcode::IBV_WR_RDMA_READ,
+                flags,
+                remote_addr,
+                rkey,
+            )
         }
     })
 }
@@ -316,13 +344,18 @@ pub unsafe extern "C" fn rdma_post_writev(
     rkey: u32,
 ) -> c_int {
     call::<MinusOne>(|| {
-        let op = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-        // SAFETY: post_send_wr checks `id`; `sgl` is the caller's.
+        // SAFETY: post_rdma checks `id`; `sgl` is the caller's.
         unsafe {
-            post_send_wr(id, context, sgl, nsge, op, flags, |wr| {
-                wr.wr.rdma.remote_addr = remote_addr;
-                wr.wr.rdma.rkey = rkey;
-            })
+            post_rdma(
+                id,
+                context,
+                sgl,
+                nsge,
+                ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                flags,
+                remote_addr,
+                rkey,
+            )
         }
     })
 }
@@ -399,13 +432,18 @@ pub unsafe extern "C" fn rdma_post_read(
     call::<MinusOne>(|| {
         let mr = live_mr(mr)?.ok_or(Errno::EINVAL)?;
         let mut sge = sge(addr, length, mr.key);
-        let op = ibv_wr_opcode::IBV_WR_RDMA_READ;
-        // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
+        // SAFETY: post_rdma checks `id`; `sge` is one element on our stack.
         unsafe {
-            post_send_wr(id, context, &mut sge, 1, op, flags, |wr| {
-                wr.wr.rdma.remote_addr = remote_addr;
-                wr.wr.rdma.rkey = rkey;
-            })
+            post_rdma(
+                id,
+                context,
+                &mut sge,
+                1,
+                ibv_wr_opcode::IBV_WR_RDMA_READ,
+                flags,
+                remote_addr,
+                rkey,
+            )
         }
     })
 }
@@ -429,13 +467,18 @@ pub unsafe extern "C" fn rdma_post_write(
 ) -> c_int {
     call::<MinusOne>(|| {
         let mut sge = sge(addr, length, lkey_or_zero(mr)?);
-        let op = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-        // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
+        // SAFETY: post_rdma checks `id`; `sge` is one element on our stack.
         unsafe {
-            post_send_wr(id, context, &mut sge, 1, op, flags, |wr| {
-                wr.wr.rdma.remote_addr = remote_addr;
-                wr.wr.rdma.rkey = rkey;
-            })
+            post_rdma(
+                id,
+                context,
+                &mut sge,
+                1,
+                ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                flags,
+                remote_addr,
+                rkey,
+            )
         }
     })
 }

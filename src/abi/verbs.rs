@@ -14,7 +14,7 @@ use crate::verbs::mr::Mr;
 use crate::verbs::objects;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp::{Qp, RecvWqe, Sgl};
-use crate::verbs::rc::{Payload, SendWqe};
+use crate::verbs::rc::{InlineData, Payload, SendWqe};
 use crate::verbs::srq::Srq;
 use crate::verbs::ud::{self, UdDest};
 use crate::{entry, unimplemented_entry};
@@ -114,17 +114,9 @@ unsafe fn read_send_wr(wr: &ibv_send_wr, is_ud: bool) -> Result<(SendWqe, usize)
             IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
         );
     let payload = if inline {
-        let mut v = Vec::with_capacity(len as usize);
-        for s in sgl.as_slice() {
-            if s.length > 0 && s.addr == 0 {
-                return Err(Errno::EINVAL);
-            }
-            // SAFETY: an inline send's buffers are readable at post time (the verbs contract).
-            v.extend_from_slice(unsafe {
-                std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
-            });
-        }
-        Payload::Inline(v)
+        let bufs = sgl.as_slice().iter().map(|s| (s.addr as *const u8, s.length as usize));
+        // SAFETY: an inline send's buffers are readable at post time (the verbs contract).
+        Payload::Inline(unsafe { InlineData::gather(bufs) }?)
     } else {
         Payload::Sges(sgl)
     };

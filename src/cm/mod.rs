@@ -8,6 +8,7 @@
 
 pub mod addrinfo;
 pub mod channel;
+pub mod ep;
 pub mod id;
 pub mod proto;
 pub mod qp;

@@ -15,7 +15,7 @@
 
 use super::objects;
 use super::qp::{Qp, Sgl};
-use super::rc::{Payload, SendWqe};
+use super::rc::{InlineData, Payload, SendWqe};
 use super::ud::UdDest;
 use crate::errno::{Errno, Result};
 use crate::sys::*;
@@ -297,7 +297,7 @@ impl QpEx {
         let data = unsafe { gather(bufs) };
         self.current(|b| match data {
             Ok(v) if may_inline(b.wqe.opcode) => {
-                b.wqe.len = v.len() as u64;
+                b.wqe.len = v.as_slice().len() as u64;
                 b.wqe.payload = Payload::Inline(v);
                 b.num_sge = 0;
             }
@@ -374,27 +374,13 @@ fn check_shape(qp: &Qp, b: &Building, ud: bool) -> Result<()> {
     Ok(())
 }
 
-/// Concatenates caller buffers (`EINVAL` for a NULL buffer of non-zero length).
+/// Concatenates caller buffers for inline data.
 ///
 /// # Safety
 /// Every buffer is readable for its length.
-unsafe fn gather(bufs: &[(*const u8, usize)]) -> Result<Vec<u8>> {
-    let total: usize = bufs.iter().map(|b| b.1).sum();
-    if total > super::device::MAX_MSG as usize {
-        return Err(Errno::EINVAL);
-    }
-    let mut v = Vec::with_capacity(total);
-    for &(p, n) in bufs {
-        if n == 0 {
-            continue;
-        }
-        if p.is_null() {
-            return Err(Errno::EINVAL);
-        }
-        // SAFETY: per the function's contract.
-        v.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) });
-    }
-    Ok(v)
+unsafe fn gather(bufs: &[(*const u8, usize)]) -> Result<InlineData> {
+    // SAFETY: per the function's contract.
+    unsafe { InlineData::gather(bufs.iter().copied()) }
 }
 
 #[cfg(test)]
@@ -439,8 +425,8 @@ mod tests {
         let b = [4u8];
         // SAFETY: both buffers are readable for their lengths.
         let v = unsafe { gather(&[(a.as_ptr(), 3), (std::ptr::null(), 0), (b.as_ptr(), 1)]) };
-        assert_eq!(v, Ok(vec![1, 2, 3, 4]));
+        assert_eq!(v.map(|d| d.as_slice().to_vec()), Ok(vec![1, 2, 3, 4]));
         // SAFETY: a NULL buffer is refused before being read.
-        assert_eq!(unsafe { gather(&[(std::ptr::null(), 2)]) }, Err(Errno::EINVAL));
+        assert!(matches!(unsafe { gather(&[(std::ptr::null(), 2)]) }, Err(Errno::EINVAL)));
     }
 }

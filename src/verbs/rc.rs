@@ -23,11 +23,69 @@ use ibv_wc_status::*;
 use ibv_wr_opcode::*;
 
 /// What a send carries.
+// The inline variant is large on purpose: small inline sends are posted without allocating.
+#[allow(clippy::large_enum_variant)]
 pub enum Payload {
     /// Registered memory, read when the request executes (or, for READ and atomics, written).
     Sges(Sgl),
     /// Copied at post time (`IBV_SEND_INLINE`).
-    Inline(Vec<u8>),
+    Inline(InlineData),
+}
+
+/// Inline data up to this size stays inside the request: posting it allocates nothing.
+const INLINE_SMALL: usize = 256;
+
+/// The bytes of an inline send.
+#[allow(clippy::large_enum_variant)] // see `Payload`
+pub enum InlineData {
+    Small(usize, [u8; INLINE_SMALL]),
+    Large(Vec<u8>),
+}
+
+impl InlineData {
+    /// Concatenates caller buffers (`EINVAL` for a NULL buffer of non-zero length or a total
+    /// beyond the largest message).
+    ///
+    /// # Safety
+    /// Every buffer is readable for its length.
+    pub unsafe fn gather(
+        bufs: impl Iterator<Item = (*const u8, usize)> + Clone,
+    ) -> crate::Result<InlineData> {
+        let total: usize = bufs.clone().map(|b| b.1).sum();
+        if total > super::device::MAX_MSG as usize {
+            return Err(crate::Errno::EINVAL);
+        }
+        let mut d = if total <= INLINE_SMALL {
+            InlineData::Small(0, [0; INLINE_SMALL])
+        } else {
+            InlineData::Large(Vec::with_capacity(total))
+        };
+        for (p, n) in bufs {
+            if n == 0 {
+                continue;
+            }
+            if p.is_null() {
+                return Err(crate::Errno::EINVAL);
+            }
+            // SAFETY: per the function's contract.
+            let src = unsafe { std::slice::from_raw_parts(p, n) };
+            match &mut d {
+                InlineData::Small(len, buf) => {
+                    buf[*len..*len + n].copy_from_slice(src);
+                    *len += n;
+                }
+                InlineData::Large(v) => v.extend_from_slice(src),
+            }
+        }
+        Ok(d)
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            InlineData::Small(len, buf) => &buf[..*len],
+            InlineData::Large(v) => v,
+        }
+    }
 }
 
 /// A posted send-queue request.
@@ -747,7 +805,8 @@ pub fn message_slots(len: u32) -> u64 {
 /// `dst` is valid for `n` bytes; SGE ranges were checked against registered regions.
 unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
     match p {
-        Payload::Inline(v) => {
+        Payload::Inline(d) => {
+            let v = d.as_slice();
             // SAFETY: off + n <= v.len() (the message length); dst valid per contract.
             unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(off as usize), dst, n) }
         }

@@ -60,7 +60,7 @@ impl Qp {
         let mut buf = [0u8; UD_MTU];
         let n = w.len as usize;
         match &w.payload {
-            Payload::Inline(v) => buf[..n].copy_from_slice(v),
+            Payload::Inline(d) => buf[..n].copy_from_slice(d.as_slice()),
             Payload::Sges(sgl) => {
                 if self.check_local(sgl, 0).is_err() {
                     self.error_completion(st, w.wr_id, w.seq, IBV_WC_LOC_PROT_ERR, IBV_WC_SEND);
