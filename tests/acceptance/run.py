@@ -467,6 +467,8 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
     elif not server_killed:
         problems.append(f"server: exited by itself ({server_rc}), but it should run until killed")
     problems += check_output("server", srv_text, sc)
+    if sc.check and attempts and attempts[-1][1] == 0:
+        problems += sc.check(srv_text, attempts[-1][2])
 
     loaded = {"server": run_pair.lddebug_loaded(os.path.join(tmp, "server.lddebug"))}
     if attempts:
