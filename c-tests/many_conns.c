@@ -308,6 +308,8 @@ int main(int argc, char **argv)
 		if (rdma_destroy_id(ids[i]))
 			die("client", "rdma_destroy_id");
 	}
+	free(ids);
+	rdma_destroy_event_channel(ch);
 	printf("client: %d resolved, %d routed, %d established, %d sent, %d disconnected\n", addr,
 	       route, est, sent, disc);
 	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {

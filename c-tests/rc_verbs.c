@@ -133,6 +133,7 @@ int main(void)
 	CHECK(list && n >= 1, "device list");
 	ctx = ibv_open_device(list[0]);
 	CHECK(ctx, "open_device");
+	ibv_free_device_list(list);
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "alloc_pd");
 	int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |

@@ -66,6 +66,7 @@ int main(void)
 	struct ibv_device **list = ibv_get_device_list(&n);
 	CHECK(list && n >= 1, "device list");
 	ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
 	pd = ibv_alloc_pd(ctx);
 	CHECK(ctx && pd, "open/pd");
 	CHECK(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0, "fcntl");

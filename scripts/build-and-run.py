@@ -42,7 +42,14 @@ def main():
         print(f"build-and-run.py: FAIL: building {' '.join(targets)} failed", flush=True)
         return 1
     sys.stdout.flush()
-    return subprocess.run(command).returncode
+    env = dict(os.environ)
+    # A sanitizer build (build-asan): a test program linked with librdmashim.so must load the
+    # sanitizer runtime first. Python runners (run-pair.py) do that for their own children.
+    if not os.path.basename(command[0]).startswith("python"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import sanitizer_env
+        sanitizer_env.with_runtime(env, build_dir)
+    return subprocess.run(command, env=env).returncode
 
 
 if __name__ == "__main__":

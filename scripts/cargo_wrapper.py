@@ -76,6 +76,10 @@ def main():
     ap.add_argument("--crate", default="rdmashim", help="library crate name (lib<crate>.a)")
     ap.add_argument("--output", required=True, help="where meson wants the staticlib")
     ap.add_argument("--depfile", required=True)
+    ap.add_argument("--sanitizer", choices=("none", "address", "thread"), default="none",
+                    help="build the library instrumented by this sanitizer (RUSTC_BOOTSTRAP=1 "
+                         "-Zsanitizer on the stable toolchain; the host target is named so that "
+                         "build scripts stay uninstrumented)")
     ap.add_argument("extra", nargs="*", help="extra cargo arguments (after --)")
     args = ap.parse_args()
 
@@ -92,6 +96,16 @@ def main():
         "--target-dir", target_dir,
         "--lib",
     ]
+    triple_dir = []
+    if args.sanitizer != "none":
+        host = subprocess.run([os.environ.get("RUSTC", "rustc"), "-vV"], capture_output=True,
+                              text=True, check=True).stdout
+        triple = next(line.split()[1] for line in host.splitlines() if line.startswith("host:"))
+        env["RUSTC_BOOTSTRAP"] = "1"
+        env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + f" -Zsanitizer={args.sanitizer}"
+                            " -Cforce-frame-pointers=yes").strip()
+        cmd += ["--target", triple]
+        triple_dir = [triple]
     if args.profile == "release":
         cmd.append("--release")
     elif args.profile != "dev":
@@ -104,8 +118,8 @@ def main():
         return r.returncode
 
     profile_dir = "debug" if args.profile == "dev" else args.profile
-    built = os.path.join(target_dir, profile_dir, f"lib{args.crate}.a")
-    dep_info = os.path.join(target_dir, profile_dir, f"lib{args.crate}.d")
+    built = os.path.join(target_dir, *triple_dir, profile_dir, f"lib{args.crate}.a")
+    dep_info = os.path.join(target_dir, *triple_dir, profile_dir, f"lib{args.crate}.d")
     if not os.path.exists(built):
         print(f"cargo_wrapper: cargo did not produce {built}", file=sys.stderr)
         return 1

@@ -234,6 +234,10 @@ def main():
     else:
         env.pop("LD_PRELOAD", None)
         say("Mode direct: the programs are linked against librdmashim.so itself.")
+    # A sanitizer build (build-asan): its runtime must be loaded first.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    import sanitizer_env
+    sanitizer_env.with_runtime(env, build_dir)
 
     # --- symbol check (c-tests) -----------------------------------------------------------
     for prog in (args.server, args.client):

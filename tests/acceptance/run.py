@@ -39,6 +39,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import programs  # noqa: E402
 
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import sanitizer_env  # noqa: E402
+
 # The load checks are shared with run-pair.py (which stays the rdma_server/rdma_client runner
 # of scripts/demo and of the c-tests' relink pair).
 _spec = importlib.util.spec_from_file_location("run_pair", os.path.join(HERE, "run-pair.py"))
@@ -279,6 +282,13 @@ def mode_env(mode, build_dir):
         changes["LD_LIBRARY_PATH"] = ":".join([d] + kept)
         changes["RDMASHIM_STUB_TRACE"] = "1"    # a vendor stub that is called says so
     env.update(changes)
+    # A sanitizer build (build-asan): its runtime must be loaded first, and the programs' own
+    # leaks are not ours (lsan-programs.supp says how they are told apart).
+    if sanitizer_env.runtime_preload(build_dir):
+        sanitizer_env.with_runtime(env, build_dir)
+        changes["LD_PRELOAD"] = env["LD_PRELOAD"]
+        supp = os.path.join(HERE, "lsan-programs.supp")
+        env["LSAN_OPTIONS"] = f"suppressions={supp}:malloc_context_size=2:print_suppressions=0"
     return env, changes, problems
 
 
