@@ -114,14 +114,18 @@ impl Ring {
         self.ctl().tail.value.load(Ordering::Acquire)
     }
 
-    /// Free slots, as seen by the producer.
+    /// Free slots, as seen by the producer. The peer writes `tail`: a tail past our head
+    /// (impossible from an honest consumer) leaves no room rather than a wrapped count.
     pub fn free(&self) -> u64 {
-        SLOTS - (self.ctl().head.value.load(Ordering::Relaxed) - self.tail())
+        let used = self.ctl().head.value.load(Ordering::Relaxed).wrapping_sub(self.tail());
+        SLOTS.saturating_sub(used)
     }
 
-    /// Full slots, as seen by the consumer.
-    pub fn available(&self) -> u64 {
-        self.head() - self.ctl().tail.value.load(Ordering::Relaxed)
+    /// Full slots, as seen by the consumer; `None` when the peer's `head` is behind the tail or
+    /// more than `SLOTS` ahead of it, which no honest producer publishes (a protocol violation).
+    pub fn available(&self) -> Option<u64> {
+        let full = self.head().wrapping_sub(self.ctl().tail.value.load(Ordering::Relaxed));
+        (full <= SLOTS).then_some(full)
     }
 
     /// The slot with sequence number `seq`: its header and payload area.
@@ -152,7 +156,8 @@ impl Ring {
     }
 
     /// Producer: `Some((seq, timer))` if the message starting at `seq` got an RNR NAK and is
-    /// still not consumed.
+    /// still not consumed. The peer writes this word: callers only use `seq` to select one of
+    /// their own requests and `timer` to index the 32-entry delay table.
     pub fn rnr(&self) -> Option<(u64, u8)> {
         let v = self.ctl().rnr.value.load(Ordering::Acquire);
         let seq = (v & ((1 << 56) - 1)).checked_sub(1)?;
