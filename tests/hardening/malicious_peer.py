@@ -83,7 +83,7 @@ class Link:
         assert victim.line() == "ready"
         self.fd = sealed_memfd(LINK_SIZE, seal_link)
         self.mem = mmap.mmap(self.fd, LINK_SIZE)
-        bell = sealed_memfd(BELL_SIZE, seal_bell)
+        self.bell = bell = sealed_memfd(BELL_SIZE, seal_bell)
         efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.connect(b"\0rdmashim/qp/%06x" % victim.qpn)
@@ -214,7 +214,7 @@ def unsealed_segment(v, **seal):
     if not link.accepted:
         return []
     # Accepted: show what that means, shrink the segment and wake the victim.
-    os.ftruncate(link.fd, 0)
+    os.ftruncate(link.bell if seal.get("seal_link", True) else link.fd, 0)
     os.write(link.victim_bell, struct.pack("<Q", 1))
     time.sleep(0.2)
     return ["an unsealed segment was accepted"]
