@@ -76,7 +76,7 @@ def sealed_memfd(size, seal=True):
 class Link:
     """The attacker's end: it produces into direction 0 and consumes direction 1."""
 
-    def __init__(self, victim, seal_link=True, seal_bell=True):
+    def __init__(self, victim, seal_link=True, seal_bell=True, efd=None):
         self.v = victim
         self.my_qpn = victim.qpn - 1
         victim.say(f"dest {self.my_qpn}")
@@ -84,7 +84,7 @@ class Link:
         self.fd = sealed_memfd(LINK_SIZE, seal_link)
         self.mem = mmap.mmap(self.fd, LINK_SIZE)
         self.bell = bell = sealed_memfd(BELL_SIZE, seal_bell)
-        efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if efd is None else efd
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.connect(b"\0rdmashim/qp/%06x" % victim.qpn)
         hello = struct.pack("<IIII", MAGIC, HELLO, self.my_qpn, victim.qpn)
@@ -220,6 +220,28 @@ def unsealed_segment(v, **seal):
     return ["an unsealed segment was accepted"]
 
 
+def pipe_doorbell(v):
+    """A full, blocking pipe as the doorbell: a victim writing to it would block forever."""
+    r, w = os.pipe()
+    link = Link(v, efd=w)
+    if not link.accepted:
+        return []
+    # Accepted: fill the pipe, say we sleep, and send a message the victim acknowledges.
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    bell = mmap.mmap(link.bell, BELL_SIZE)
+    struct.pack_into("<I", bell, 0, 1)
+    link.put(b"hello", opcode=SEND, msg_len=5)
+    link.publish()
+    link.settle()
+    return ["a pipe was accepted as a doorbell"]
+
+
 def sealed_cannot_shrink():
     fd = sealed_memfd(LINK_SIZE)
     try:
@@ -242,7 +264,9 @@ SETUP = {"unsealed_link": dict(seal_link=False), "unsealed_bell": dict(seal_bell
 def run(exe, name):
     v = Victim(exe)
     try:
-        if name in SETUP:
+        if name == "pipe_doorbell":
+            errors = pipe_doorbell(v)
+        elif name in SETUP:
             errors = unsealed_segment(v, **SETUP[name]) + sealed_cannot_shrink()
         else:
             link = Link(v)
@@ -275,7 +299,7 @@ def errors_of(e):
 
 
 def main():
-    exe, names = sys.argv[1], sys.argv[2:] or list(RING) + list(SETUP)
+    exe, names = sys.argv[1], sys.argv[2:] or list(RING) + list(SETUP) + ["pipe_doorbell"]
     failed = 0
     for name in names:
         errors = run(exe, name)

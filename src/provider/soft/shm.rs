@@ -97,6 +97,22 @@ impl Shm {
     }
 }
 
+/// Checks a doorbell eventfd from a peer before we ever write to it: `EINVAL` unless it is an
+/// anonymous-inode descriptor (eventfd; never a pipe or socket, whose writes could block) in
+/// non-blocking mode.
+pub fn check_peer_eventfd(fd: &OwnedFd) -> Result<()> {
+    // SAFETY: an all-zero stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is valid and st is a valid out-pointer.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    // SAFETY: F_GETFL on a descriptor we own.
+    let fl = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    if st.st_mode & libc::S_IFMT != 0 || fl & libc::O_NONBLOCK == 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 impl Drop for Shm {
     fn drop(&mut self) {
         // SAFETY: ptr/len describe the mapping made in map(); it is unmapped once, here.
@@ -117,6 +133,21 @@ mod tests {
         // SAFETY: valid memfd.
         assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) }, 0);
         fd
+    }
+
+    #[test]
+    fn doorbells_must_be_nonblocking_eventfds() {
+        let mut p = [0; 2];
+        // SAFETY: p has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
+        // SAFETY: both were just created and are owned here.
+        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        assert_eq!(check_peer_eventfd(&r).err(), Some(Errno::EINVAL));
+        for (flags, ok) in [(0, false), (libc::EFD_NONBLOCK, true)] {
+            // SAFETY: plain eventfd(2); the descriptor is owned by the OwnedFd.
+            let e = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, flags)) };
+            assert_eq!(check_peer_eventfd(&e).is_ok(), ok);
+        }
     }
 
     #[test]
