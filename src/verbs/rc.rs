@@ -290,7 +290,7 @@ impl Qp {
             let w = st.sq.pop_front().expect("front exists");
             st.pushed = 0;
             let end = ring.head();
-            let f = self.inflight(w, end - message_slots(data_len as u32), end);
+            let f = self.inflight(w, end.wrapping_sub(message_slots(data_len as u32)), end);
             st.inflight.push_back(f);
         }
         wrote

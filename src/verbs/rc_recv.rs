@@ -183,7 +183,7 @@ impl Qp {
                 IBV_WC_REM_OP_ERR
             };
             // The NAK goes before the segment is released, so the requester sees it first.
-            self.nak(st, link, seq + 1, remote);
+            self.nak(st, link, seq.wrapping_add(1), remote);
             return Flow::Stop;
         }
         Flow::Next
@@ -211,7 +211,7 @@ impl Qp {
                         Some(InMsg::Write { base, mr, open: Open { opcode, len, got: 0, imm } })
                 }
                 Err(status) => {
-                    self.nak(st, link, seq + message_slots(len), status);
+                    self.nak(st, link, seq.wrapping_add(message_slots(len)), status);
                     return Flow::Stop;
                 }
             }
@@ -246,7 +246,13 @@ impl Qp {
         let r = if opcode == OP_READ_REQ {
             let len = h.msg_len as u64;
             self.check_remote(st, h.rkey, h.remote_addr, len, mr::ACCESS_REMOTE_READ).map(|mr| {
-                RespJob::Read { req_seq: seq + 1, addr: h.remote_addr, len, off: 0, _mr: mr }
+                RespJob::Read {
+                    req_seq: seq.wrapping_add(1),
+                    addr: h.remote_addr,
+                    len,
+                    off: 0,
+                    _mr: mr,
+                }
             })
         } else if h.remote_addr % 8 != 0 {
             Err(IBV_WC_REM_INV_REQ_ERR)
@@ -266,7 +272,7 @@ impl Qp {
                 } else {
                     cell.fetch_add(h.compare_add, Ordering::SeqCst)
                 };
-                RespJob::Atomic { req_seq: seq + 1, value }
+                RespJob::Atomic { req_seq: seq.wrapping_add(1), value }
             })
         };
         match r {
@@ -275,7 +281,7 @@ impl Qp {
                 Flow::Next
             }
             Err(status) => {
-                self.nak(st, link, seq + 1, status);
+                self.nak(st, link, seq.wrapping_add(1), status);
                 Flow::Stop
             }
         }
