@@ -1,6 +1,6 @@
-//! The RC data path over a provider link: segmenting requests into the ring, executing incoming
-//! requests (SEND into posted receives, RDMA WRITE/READ and atomics against our memory regions,
-//! checked by rkey, bounds and access), responses and NAKs, and completions in posting order.
+//! The RC data path over a provider link: segmenting requests into the ring, writing READ and
+//! atomic responses and NAKs, completions in posting order, and the RNR and transport timers.
+//! Executing what the peer wrote (requests, responses, NAKs) is in `rc_recv.rs`.
 //!
 //! Acknowledgement is the ring itself: a request is acknowledged once the responder has consumed
 //! its last segment (the ring tail passed it). A responder that refuses a request writes the NAK
