@@ -6,6 +6,8 @@
  *   victim prints  "victim qpn=Q rkey=K addr=A len=L canary=C"
  *   driver sends   "dest D"   -> QP to RTR/RTS towards D, four 64-byte receives at the end of
  *                                the region; prints "ready"
+ *   driver may send "read N"  -> posts an N-byte RDMA READ (N <= 64) towards the peer into the
+ *                                last N bytes of the region; prints "posted"
  *   driver sends   "check"    -> prints "state=S events=E canaries=ok|BAD honest=ok|FAIL" and
  *                                exits 0 if canaries and the honest pair are fine.
  * alarm() bounds the whole run: a progress thread stuck under the QP lock makes the state query
@@ -171,7 +173,21 @@ int main(void)
 	}
 	puts("ready");
 
-	CHECK(fgets(line, sizeof line, stdin) && !strncmp(line, "check", 5), "expected check");
+	CHECK(fgets(line, sizeof line, stdin), "expected a command");
+	unsigned len;
+	if (sscanf(line, "read %u", &len) == 1) {
+		/* An RDMA READ towards the attacker into the last len bytes of the region. */
+		CHECK(len <= 64, "read length");
+		struct ibv_sge s = { (uintptr_t)(region + REGION - len), len, mr->lkey };
+		struct ibv_send_wr w = { .wr_id = 7, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+					 .send_flags = IBV_SEND_SIGNALED }, *bad;
+		w.wr.rdma.remote_addr = 0x10000;
+		w.wr.rdma.rkey = 0x1234;
+		CHECK(ibv_post_send(qp, &w, &bad) == 0, "post read");
+		puts("posted");
+		CHECK(fgets(line, sizeof line, stdin), "expected check");
+	}
+	CHECK(!strncmp(line, "check", 5), "expected check");
 	struct ibv_qp_attr attr;
 	struct ibv_qp_init_attr init;
 	CHECK(ibv_query_qp(qp, &attr, IBV_QP_STATE, &init) == 0, "query_qp"); /* blocks if the lock is held */

@@ -149,6 +149,30 @@ def segment_beyond_message(link, v):
     return [] if link.victim_closed() else ["victim did not break the link"]
 
 
+def outside_region(link, v):
+    """A WRITE with the right rkey at an address outside the region: NAK, responder to ERR."""
+    link.put(b"\x5a" * 64, opcode=WRITE, msg_len=64, rkey=v.rkey, addr=v.canary)
+    link.publish()
+    link.settle()
+    return [] if link.victim_closed() else ["victim did not leave RTS"]
+
+
+def long_read_response(link, v):
+    """The victim READs 16 bytes from us; the response claims a whole slot."""
+    v.say("read 16")
+    assert v.line() == "posted"
+    deadline = time.monotonic() + WAIT
+    while link.u64(256 + HEAD) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    req = HDR.unpack_from(link.mem, CTL + SLOTS * SLOT)
+    if req[3] != READ_REQ:
+        return [f"no READ request from the victim (header {req})"]
+    link.put(b"\x5a" * SEG_DATA, opcode=READ_RESP, msg_len=SEG_DATA, req_seq=1)
+    link.publish()
+    link.settle()
+    return [] if link.victim_closed() else ["victim took a response longer than its request"]
+
+
 def msg_len_changes(link, v):
     """A SEND that fits the 64-byte receive at its first segment, then grows."""
     link.put(b"\x5a" * SEG_DATA, opcode=SEND, flags=FIRST, msg_len=64)
@@ -253,11 +277,12 @@ def sealed_cannot_shrink():
         os.close(fd)
 
 
-RING = {f.__name__: f for f in [canary_write, segment_beyond_message, msg_len_changes,
+RING = {f.__name__: f for f in [canary_write, segment_beyond_message, outside_region,
+                                long_read_response, msg_len_changes,
                                 send_beyond_receive, wrong_rkey, head_far_ahead, garbage,
                                 ghost_responses]}
-EXPECT_ERR = {"segment_beyond_message", "msg_len_changes", "send_beyond_receive", "wrong_rkey",
-              "head_far_ahead", "garbage", "ghost_responses"}
+EXPECT_ERR = {"segment_beyond_message", "outside_region", "long_read_response", "msg_len_changes",
+              "send_beyond_receive", "wrong_rkey", "head_far_ahead", "garbage", "ghost_responses"}
 SETUP = {"unsealed_link": dict(seal_link=False), "unsealed_bell": dict(seal_bell=False)}
 
 

@@ -41,7 +41,7 @@ impl Shm {
         Shm::map(fd, len)
     }
 
-    /// Maps a segment received from a peer: `EINVAL` unless it is a memfd sealed against
+    /// Maps a segment received from a peer: `EINVAL` unless it is a (shmem) memfd sealed against
     /// shrinking and holding at least `len` bytes.
     pub fn map(fd: OwnedFd, len: usize) -> Result<Shm> {
         // SAFETY: F_GET_SEALS on a descriptor we own; fails (EINVAL) for files without seals.
@@ -54,6 +54,14 @@ impl Shm {
         // SAFETY: fd is valid and st is a valid out-pointer.
         check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size < len as libc::off_t {
+            return Err(Errno::EINVAL);
+        }
+        // Plain shmem only: a hugetlbfs memfd could fault when its page pool runs dry.
+        // SAFETY: an all-zero statfs is a valid out-buffer for fstatfs.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is valid and fs is a valid out-pointer.
+        check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) })?;
+        if fs.f_type != libc::TMPFS_MAGIC {
             return Err(Errno::EINVAL);
         }
         // SAFETY: a fresh shared mapping of a file we hold; the kernel picks the address. The
