@@ -12,6 +12,7 @@ pub mod pd;
 pub mod qp;
 pub mod qp_ex;
 pub mod rc;
+mod rc_recv;
 pub mod srq;
 pub mod ud;
 

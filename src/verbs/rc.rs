@@ -1,6 +1,6 @@
-//! The RC data path over a provider link: segmenting requests into the ring, executing incoming
-//! requests (SEND into posted receives, RDMA WRITE/READ and atomics against our memory regions,
-//! checked by rkey, bounds and access), responses and NAKs, and completions in posting order.
+//! The RC data path over a provider link: segmenting requests into the ring, writing READ and
+//! atomic responses and NAKs, completions in posting order, and the RNR and transport timers.
+//! Executing what the peer wrote (requests, responses, NAKs) is in `rc_recv.rs`.
 //!
 //! Acknowledgement is the ring itself: a request is acknowledged once the responder has consumed
 //! its last segment (the ring tail passed it). A responder that refuses a request writes the NAK
@@ -12,8 +12,8 @@ use super::mr::{self, AccessError, Mr};
 use super::qp::{Qp, QpState, RecvWqe, Sgl};
 use crate::provider::soft::link::Link;
 use crate::provider::soft::ring::*;
+use crate::provider::soft::segcheck::Open;
 use crate::sys::*;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -156,28 +156,51 @@ pub struct Inflight {
     pub resp_off: u64,
 }
 
-/// A message being received across several segments.
+/// A request message being received across several segments, with what was validated at its
+/// first segment (`open`): later segments land relative to that, never where their header says.
 pub enum InMsg {
     Recv {
         wqe: RecvWqe,
-        off: u64,
         status: u32,
+        open: Open,
     },
-    /// `mr` is None for a zero-length write; `refused` writes are skipped (already NAKed).
+    /// `mr` is None for a zero-length write; it keeps the checked region alive.
     Write {
         base: u64,
         mr: Option<Arc<Mr>>,
-        refused: bool,
+        open: Open,
     },
+}
+
+impl InMsg {
+    pub fn open(&self) -> Open {
+        match self {
+            InMsg::Recv { open, .. } | InMsg::Write { open, .. } => *open,
+        }
+    }
 }
 
 /// Responses the responder still has to write (the ring was full).
 pub enum RespJob {
-    Read { req_seq: u64, addr: u64, len: u64, off: u64, _mr: Option<Arc<Mr>> },
-    Atomic { req_seq: u64, value: u64 },
+    Read {
+        req_seq: u64,
+        addr: u64,
+        len: u64,
+        off: u64,
+        _mr: Option<Arc<Mr>>,
+    },
+    Atomic {
+        req_seq: u64,
+        value: u64,
+    },
+    /// A refused request: once the NAK is written, the responder QP moves to ERR.
+    Nak {
+        req_seq: u64,
+        status: u32,
+    },
 }
 
-fn status_of(e: AccessError) -> u32 {
+pub(super) fn status_of(e: AccessError) -> u32 {
     match e {
         AccessError::Protection | AccessError::Access => IBV_WC_REM_ACCESS_ERR,
     }
@@ -266,33 +289,41 @@ impl Qp {
             }
             let w = st.sq.pop_front().expect("front exists");
             st.pushed = 0;
-            let awaits = w.awaits_response();
-            st.inflight.push_back(Inflight {
-                wr_id: w.wr_id,
-                seq: w.seq,
-                signaled: w.signaled || self.sq_sig_all,
-                wc_opcode: w.wc_opcode(),
-                len: w.len as u32,
-                start_seq: ring.head() - message_slots(data_len as u32),
-                end_seq: ring.head(),
-                rnr_deadline: None,
-                awaits_response: awaits,
-                done: false,
-                error: None,
-                local: match w.payload {
-                    Payload::Sges(s) if awaits => Some(s),
-                    _ => None,
-                },
-                resp_off: 0,
-            });
+            let end = ring.head();
+            let f = self.inflight(w, end.wrapping_sub(message_slots(data_len as u32)), end);
+            st.inflight.push_back(f);
         }
         wrote
     }
 
-    /// Writes queued READ and atomic responses.
-    fn push_responses(&self, st: &mut QpState, link: &Link) -> bool {
+    /// The record of a request written to the ring as slots `[start_seq, end_seq)`.
+    pub(super) fn inflight(&self, w: SendWqe, start_seq: u64, end_seq: u64) -> Inflight {
+        let awaits = w.awaits_response();
+        Inflight {
+            wr_id: w.wr_id,
+            seq: w.seq,
+            signaled: w.signaled || self.sq_sig_all,
+            wc_opcode: w.wc_opcode(),
+            len: w.len as u32,
+            start_seq,
+            end_seq,
+            rnr_deadline: None,
+            awaits_response: awaits,
+            done: false,
+            error: None,
+            local: match w.payload {
+                Payload::Sges(s) if awaits => Some(s),
+                _ => None,
+            },
+            resp_off: 0,
+        }
+    }
+
+    /// Writes queued READ and atomic responses and NAKs; after a NAK the QP is in ERR.
+    pub(super) fn push_responses(&self, st: &mut QpState, link: &Link) -> bool {
         let ring = link.out;
         let mut wrote = false;
+        let mut nak = None;
         while let Some(job) = st.responses.front_mut() {
             if ring.free() == 0 {
                 break;
@@ -350,32 +381,30 @@ impl Qp {
                     ring.publish(1);
                     wrote = true;
                 }
+                RespJob::Nak { req_seq, status } => {
+                    let h = SegHdr {
+                        flags: SEG_FIRST | SEG_LAST,
+                        opcode: OP_NAK,
+                        req_seq: *req_seq,
+                        status: *status,
+                        ..SegHdr::default()
+                    };
+                    // SAFETY: free slot owned by the producer.
+                    unsafe { hp.write_volatile(h) };
+                    ring.publish(1);
+                    wrote = true;
+                    nak = Some(*status);
+                    st.responses.pop_front();
+                    break;
+                }
             }
             st.responses.pop_front();
         }
-        wrote
-    }
-
-    /// Writes a NAK now (after any queued responses); false if the ring has no room yet.
-    fn nak(&self, st: &mut QpState, link: &Link, req_seq: u64, status: u32) -> bool {
-        self.push_responses(st, link);
-        let ring = link.out;
-        if !st.responses.is_empty() || ring.free() == 0 {
-            return false;
+        if let Some(status) = nak {
+            link.notify_peer();
+            self.responder_error(st, status);
         }
-        let (hp, _) = ring.slot(ring.head());
-        let h = SegHdr {
-            flags: SEG_FIRST | SEG_LAST,
-            opcode: OP_NAK,
-            req_seq,
-            status,
-            ..SegHdr::default()
-        };
-        // SAFETY: free slot owned by the producer.
-        unsafe { hp.write_volatile(h) };
-        ring.publish(1);
-        link.notify_peer();
-        true
+        wrote
     }
 
     /// Checks that every entry lies in a region of our PD with `need` rights.
@@ -387,269 +416,6 @@ impl Qp {
             mr::lookup(s.lkey, &self.pd, s.addr, s.length as usize, need)?;
         }
         Ok(())
-    }
-
-    /// A remote access: the QP must allow it and the region must cover it with `need`.
-    fn check_remote(
-        &self,
-        st: &QpState,
-        rkey: u32,
-        addr: u64,
-        len: u64,
-        need: u32,
-    ) -> Result<Option<Arc<Mr>>, u32> {
-        if st.attr.qp_access_flags & need != need {
-            return Err(IBV_WC_REM_INV_REQ_ERR);
-        }
-        if len == 0 {
-            return Ok(None);
-        }
-        mr::lookup(rkey, &self.pd, addr, len as usize, need).map(Some).map_err(status_of)
-    }
-
-    pub(super) fn next_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
-        match &self.srq {
-            Some(s) => s.pop(),
-            None => st.rq.pop_front(),
-        }
-    }
-
-    fn has_recv(&self, st: &QpState) -> bool {
-        match &self.srq {
-            Some(s) => !s.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
-            None => !st.rq.is_empty(),
-        }
-    }
-
-    fn find_inflight(st: &mut QpState, req_seq: u64) -> Option<&mut Inflight> {
-        st.inflight.iter_mut().find(|f| f.end_seq == req_seq)
-    }
-
-    /// Executes incoming segments; returns whether anything was consumed.
-    pub(super) fn consume(&self, st: &mut QpState) -> bool {
-        let Some(link) = st.link.clone() else { return false };
-        if !matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS) {
-            return false;
-        }
-        let ring = link.inn;
-        let mut consumed = false;
-        while ring.available() > 0 {
-            let seq = ring.tail();
-            let (hp, data) = ring.slot(seq);
-            // SAFETY: the slot is published (available > 0) and ours until consume().
-            let h = unsafe { hp.read_volatile() };
-            let n = (h.seg_len as usize).min(SEG_DATA);
-            let last = h.flags & SEG_LAST != 0;
-            let request = !matches!(h.opcode, OP_READ_RESP | OP_ATOMIC_RESP | OP_NAK);
-            if request && st.cur_in.is_none() && ring.is_closed() {
-                // The requester moved to error or is gone: it reported these requests as
-                // flushed, so they must not take effect here either.
-                ring.consume(1);
-                consumed = true;
-                continue;
-            }
-            match h.opcode {
-                OP_SEND => {
-                    if st.cur_in.is_none() {
-                        if !self.has_recv(st) {
-                            if let Some(srq) = &self.srq {
-                                srq.starved.store(true, Ordering::Release);
-                            }
-                            // Receiver not ready: the message waits, and the requester sees an
-                            // RNR NAK (it retries per its rnr_retry, 7 = forever).
-                            ring.set_rnr(seq, st.attr.min_rnr_timer);
-                            break;
-                        }
-                        let wqe = self.next_recv(st).expect("checked");
-                        let status = if (h.msg_len as u64) > wqe.sges.total() {
-                            IBV_WC_LOC_LEN_ERR
-                        } else if self.check_local(&wqe.sges, mr::ACCESS_LOCAL_WRITE).is_err() {
-                            IBV_WC_LOC_PROT_ERR
-                        } else {
-                            IBV_WC_SUCCESS
-                        };
-                        st.cur_in = Some(InMsg::Recv { wqe, off: 0, status });
-                    }
-                    let Some(InMsg::Recv { wqe, off, status }) = st.cur_in.as_mut() else { break };
-                    if *status == IBV_WC_SUCCESS {
-                        // SAFETY: the receive's regions were checked (local write, in bounds,
-                        // room for the whole message); data holds n published bytes.
-                        unsafe { copy_in(&wqe.sges, *off, data, n) };
-                    }
-                    *off += n as u64;
-                    if last {
-                        let status = *status;
-                        if status != IBV_WC_SUCCESS {
-                            let remote = if status == IBV_WC_LOC_LEN_ERR {
-                                IBV_WC_REM_INV_REQ_ERR
-                            } else {
-                                IBV_WC_REM_OP_ERR
-                            };
-                            if !self.nak(st, &link, seq + 1, remote) {
-                                break;
-                            }
-                        }
-                        let Some(InMsg::Recv { wqe, .. }) = st.cur_in.take() else { break };
-                        let mut wc = Wc {
-                            wr_id: wqe.wr_id,
-                            status,
-                            opcode: IBV_WC_RECV,
-                            byte_len: h.msg_len,
-                            qp_num: self.qpn,
-                            src_qp: st.attr.dest_qp_num,
-                            solicited: h.solicited != 0,
-                            ..Wc::default()
-                        };
-                        if h.flags & SEG_IMM != 0 {
-                            wc.imm = h.imm;
-                            wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
-                        }
-                        ring.consume(1);
-                        consumed = true;
-                        self.recv_cq.push(wc);
-                        if status != IBV_WC_SUCCESS {
-                            self.fail(st);
-                            break;
-                        }
-                        continue;
-                    }
-                }
-                OP_WRITE => {
-                    if h.flags & SEG_FIRST != 0 {
-                        let base = h.remote_addr;
-                        match self.check_remote(
-                            st,
-                            h.rkey,
-                            base,
-                            h.msg_len as u64,
-                            mr::ACCESS_REMOTE_WRITE,
-                        ) {
-                            Ok(mr) => st.cur_in = Some(InMsg::Write { base, mr, refused: false }),
-                            Err(status) => {
-                                // Refused: NAK before consuming anything of it, then skip it.
-                                if !self.nak(st, &link, seq + message_slots(h.msg_len), status) {
-                                    break;
-                                }
-                                st.cur_in = Some(InMsg::Write { base, mr: None, refused: true });
-                            }
-                        }
-                    }
-                    let refused = matches!(st.cur_in, Some(InMsg::Write { refused: true, .. }));
-                    if last && !refused && h.flags & SEG_IMM != 0 && !self.has_recv(st) {
-                        ring.set_rnr(seq, st.attr.min_rnr_timer); // WRITE with immediate needs a receive
-                        break;
-                    }
-                    if let Some(InMsg::Write { base, mr: Some(_), .. }) = &st.cur_in {
-                        let dst = h.remote_addr;
-                        debug_assert!(dst >= *base);
-                        // SAFETY: [base, base+msg_len) was checked for remote write in a live
-                        // region (held in cur_in); this segment lies within it.
-                        unsafe { copy_last_byte_last(data, dst as *mut u8, n) };
-                    }
-                    if last {
-                        st.cur_in = None;
-                        if h.flags & SEG_IMM != 0 && !refused {
-                            let wqe = self.next_recv(st).expect("checked");
-                            self.recv_cq.push(Wc {
-                                wr_id: wqe.wr_id,
-                                status: IBV_WC_SUCCESS,
-                                opcode: IBV_WC_RECV_RDMA_WITH_IMM,
-                                byte_len: h.msg_len,
-                                imm: h.imm,
-                                wc_flags: ibv_wc_flags::IBV_WC_WITH_IMM.0,
-                                qp_num: self.qpn,
-                                src_qp: st.attr.dest_qp_num,
-                                solicited: h.solicited != 0,
-                                sq_seq: 0,
-                            });
-                        }
-                    }
-                }
-                OP_READ_REQ => {
-                    let len = h.msg_len as u64;
-                    match self.check_remote(st, h.rkey, h.remote_addr, len, mr::ACCESS_REMOTE_READ)
-                    {
-                        Ok(mr) => {
-                            st.responses.push_back(RespJob::Read {
-                                req_seq: seq + 1,
-                                addr: h.remote_addr,
-                                len,
-                                off: 0,
-                                _mr: mr,
-                            });
-                        }
-                        Err(status) => {
-                            if !self.nak(st, &link, seq + 1, status) {
-                                break;
-                            }
-                        }
-                    }
-                }
-                OP_CMP_SWAP | OP_FETCH_ADD => {
-                    let r = if h.remote_addr % 8 != 0 {
-                        Err(IBV_WC_REM_INV_REQ_ERR)
-                    } else {
-                        self.check_remote(st, h.rkey, h.remote_addr, 8, mr::ACCESS_REMOTE_ATOMIC)
-                    };
-                    match r {
-                        Ok(_mr) => {
-                            // SAFETY: 8 aligned bytes inside a live region with atomic access.
-                            let cell = unsafe { AtomicU64::from_ptr(h.remote_addr as *mut u64) };
-                            let value = if h.opcode == OP_CMP_SWAP {
-                                match cell.compare_exchange(
-                                    h.compare_add,
-                                    h.swap,
-                                    Ordering::SeqCst,
-                                    Ordering::SeqCst,
-                                ) {
-                                    Ok(v) | Err(v) => v,
-                                }
-                            } else {
-                                cell.fetch_add(h.compare_add, Ordering::SeqCst)
-                            };
-                            st.responses.push_back(RespJob::Atomic { req_seq: seq + 1, value });
-                        }
-                        Err(status) => {
-                            if !self.nak(st, &link, seq + 1, status) {
-                                break;
-                            }
-                        }
-                    }
-                }
-                OP_READ_RESP | OP_ATOMIC_RESP => {
-                    if let Some(f) = Self::find_inflight(st, h.req_seq) {
-                        if let Some(local) = &f.local {
-                            // SAFETY: the local buffers were checked for local write when the
-                            // request was sent; the response never exceeds the request length.
-                            unsafe {
-                                copy_in(
-                                    local,
-                                    f.resp_off,
-                                    data,
-                                    n.min((f.len as u64 - f.resp_off.min(f.len as u64)) as usize),
-                                )
-                            };
-                        }
-                        f.resp_off += n as u64;
-                        if last {
-                            f.done = true;
-                        }
-                    }
-                }
-                OP_NAK => {
-                    if let Some(f) = Self::find_inflight(st, h.req_seq) {
-                        f.error = Some(h.status);
-                    }
-                }
-                _ => {}
-            }
-            ring.consume(1);
-            consumed = true;
-        }
-        if consumed {
-            link.notify_peer();
-        }
-        consumed
     }
 
     /// Completes requests in posting order: acknowledged ones up to `tail`, READ and atomics
@@ -846,22 +612,5 @@ fn walk(sgl: &Sgl, off: u64, n: usize, mut f: impl FnMut(u64, usize, usize)) {
         f(s.addr + skip, done, take);
         done += take;
         skip = 0;
-    }
-}
-
-/// Copies a one-sided payload so that the last byte lands last: a target spinning on its
-/// buffer's last byte sees the whole payload once that byte changes.
-///
-/// # Safety
-/// `src` and `dst` are valid for `n` bytes and do not overlap.
-unsafe fn copy_last_byte_last(src: *const u8, dst: *mut u8, n: usize) {
-    if n == 0 {
-        return;
-    }
-    // SAFETY: per the function's contract.
-    unsafe {
-        std::ptr::copy_nonoverlapping(src, dst, n - 1);
-        fence(Ordering::Release);
-        dst.add(n - 1).write_volatile(*src.add(n - 1));
     }
 }

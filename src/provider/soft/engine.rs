@@ -48,7 +48,8 @@ impl Bell {
 
     /// A peer's doorbell received as (segment fd, eventfd).
     pub fn from_fds(shm: OwnedFd, efd: OwnedFd) -> Result<Bell> {
-        let mut shm = Shm::map(shm, BELL_SIZE)?;
+        super::shm::check_peer_eventfd(&efd)?; // ring() must never block on it
+        let mut shm = Shm::map(shm, BELL_SIZE)?; // sealed: the peer cannot make it fault
         shm.close_fd(); // a peer's doorbell is only written to: keep the mapping, not the fd
         Ok(Bell { shm, efd })
     }

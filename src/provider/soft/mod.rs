@@ -16,5 +16,6 @@ pub mod datagram;
 pub mod engine;
 pub mod link;
 pub mod ring;
+pub mod segcheck;
 pub mod shm;
 pub mod unix;

@@ -114,14 +114,18 @@ impl Ring {
         self.ctl().tail.value.load(Ordering::Acquire)
     }
 
-    /// Free slots, as seen by the producer.
+    /// Free slots, as seen by the producer. The peer writes `tail`: a tail past our head
+    /// (impossible from an honest consumer) leaves no room rather than a wrapped count.
     pub fn free(&self) -> u64 {
-        SLOTS - (self.ctl().head.value.load(Ordering::Relaxed) - self.tail())
+        let used = self.ctl().head.value.load(Ordering::Relaxed).wrapping_sub(self.tail());
+        SLOTS.saturating_sub(used)
     }
 
-    /// Full slots, as seen by the consumer.
-    pub fn available(&self) -> u64 {
-        self.head() - self.ctl().tail.value.load(Ordering::Relaxed)
+    /// Full slots, as seen by the consumer; `None` when the peer's `head` is behind the tail or
+    /// more than `SLOTS` ahead of it, which no honest producer publishes (a protocol violation).
+    pub fn available(&self) -> Option<u64> {
+        let full = self.head().wrapping_sub(self.ctl().tail.value.load(Ordering::Relaxed));
+        (full <= SLOTS).then_some(full)
     }
 
     /// The slot with sequence number `seq`: its header and payload area.
@@ -136,23 +140,24 @@ impl Ring {
     /// Producer: makes the next `n` slots visible.
     pub fn publish(&self, n: u64) {
         let c = &self.ctl().head.value;
-        c.store(c.load(Ordering::Relaxed) + n, Ordering::Release);
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Release);
     }
 
     /// Consumer: releases the next `n` slots.
     pub fn consume(&self, n: u64) {
         let c = &self.ctl().tail.value;
-        c.store(c.load(Ordering::Relaxed) + n, Ordering::Release);
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Release);
     }
 
     /// Consumer: the message starting at `seq` waits for a receive; `timer` is min_rnr_timer.
     pub fn set_rnr(&self, seq: u64, timer: u8) {
-        let v = ((seq + 1) & ((1 << 56) - 1)) | ((timer as u64) << 56);
+        let v = (seq.wrapping_add(1) & ((1 << 56) - 1)) | ((timer as u64) << 56);
         self.ctl().rnr.value.store(v, Ordering::Release);
     }
 
     /// Producer: `Some((seq, timer))` if the message starting at `seq` got an RNR NAK and is
-    /// still not consumed.
+    /// still not consumed. The peer writes this word: callers only use `seq` to select one of
+    /// their own requests and `timer` to index the 32-entry delay table.
     pub fn rnr(&self) -> Option<(u64, u8)> {
         let v = self.ctl().rnr.value.load(Ordering::Acquire);
         let seq = (v & ((1 << 56) - 1)).checked_sub(1)?;
@@ -172,4 +177,28 @@ impl Ring {
 #[repr(C)]
 pub struct BellWord {
     pub waiting: AtomicU32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_out_of_range_is_refused() {
+        #[repr(C, align(4096))]
+        struct Page([u8; 4096]);
+        let mut mem: Vec<Page> = (0..LINK_SIZE / 4096).map(|_| Page([0; 4096])).collect();
+        // SAFETY: mem is LINK_SIZE bytes, page-aligned like a mapping, and outlives r.
+        let r = unsafe { Ring::new(mem.as_mut_ptr().cast(), 0) };
+        assert_eq!(r.available(), Some(0));
+        r.publish(SLOTS);
+        assert_eq!(r.available(), Some(SLOTS));
+        assert_eq!(r.free(), 0);
+        r.publish(1 << 40);
+        assert_eq!(r.available(), None);
+        r.ctl().head.value.store(5, Ordering::Relaxed);
+        r.consume(6); // head behind tail
+        assert_eq!(r.available(), None);
+        assert_eq!(r.free(), 0);
+    }
 }

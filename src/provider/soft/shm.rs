@@ -1,7 +1,15 @@
 //! Shared memory segments backed by memfd, passed between processes as file descriptors.
+//!
+//! A peer holds the same file: if it could shrink it, our next access to the mapping would
+//! raise SIGBUS. So every segment is sealed against shrinking and growing before it is passed,
+//! and a segment received from a peer is refused unless it carries `F_SEAL_SHRINK` (which only
+//! a memfd can) and is at least as large as expected.
 
 use crate::errno::{check, Errno, Result};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The seals we put on our own segments.
+const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// A shared mapping of a memfd.
 pub struct Shm {
@@ -14,31 +22,50 @@ pub struct Shm {
 // SAFETY: the mapping is shared memory accessed only through atomics or by the single owner of
 // each region (ring protocol), so moving the handle between threads is sound.
 unsafe impl Send for Shm {}
-// SAFETY: see above.
+// SAFETY: the handle itself is immutable after creation (pointer and length); concurrent access
+// to the bytes behind it follows the ring protocol, as for Send.
 unsafe impl Sync for Shm {}
 
 impl Shm {
-    /// Creates a zero-filled segment of `len` bytes.
+    /// Creates a zero-filled segment of `len` bytes, sealed at that size.
     pub fn create(len: usize) -> Result<Shm> {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
         // SAFETY: the name is a valid NUL-terminated string.
-        let fd = check(unsafe { libc::memfd_create(c"rdmashim".as_ptr(), libc::MFD_CLOEXEC) })?;
+        let fd = check(unsafe { libc::memfd_create(c"rdmashim".as_ptr(), flags) })?;
         // SAFETY: fd was just returned by memfd_create and is owned here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: fd is a valid memfd.
         check(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+        // SAFETY: fd is a valid memfd created with MFD_ALLOW_SEALING.
+        check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) })?;
         Shm::map(fd, len)
     }
 
-    /// Maps a segment received from a peer; `len` is checked against the file size.
+    /// Maps a segment received from a peer: `EINVAL` unless it is a (shmem) memfd sealed against
+    /// shrinking and holding at least `len` bytes.
     pub fn map(fd: OwnedFd, len: usize) -> Result<Shm> {
+        // SAFETY: F_GET_SEALS on a descriptor we own; fails (EINVAL) for files without seals.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(Errno::EINVAL);
+        }
         // SAFETY: an all-zero stat is a valid out-buffer for fstat.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is valid and st is a valid out-pointer.
         check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-        if (st.st_size as usize) < len {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size < len as libc::off_t {
             return Err(Errno::EINVAL);
         }
-        // SAFETY: a fresh shared mapping of a file we hold; the kernel picks the address.
+        // Plain shmem only: a hugetlbfs memfd could fault when its page pool runs dry.
+        // SAFETY: an all-zero statfs is a valid out-buffer for fstatfs.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is valid and fs is a valid out-pointer.
+        check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) })?;
+        if fs.f_type != libc::TMPFS_MAGIC {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: a fresh shared mapping of a file we hold; the kernel picks the address. The
+        // file cannot shrink below `len` any more, so no access to the mapping can fault.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -78,9 +105,78 @@ impl Shm {
     }
 }
 
+/// Checks a doorbell eventfd from a peer before we ever write to it: `EINVAL` unless it is an
+/// anonymous-inode descriptor (eventfd; never a pipe or socket, whose writes could block) in
+/// non-blocking mode.
+pub fn check_peer_eventfd(fd: &OwnedFd) -> Result<()> {
+    // SAFETY: an all-zero stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is valid and st is a valid out-pointer.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    // SAFETY: F_GETFL on a descriptor we own.
+    let fl = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    if st.st_mode & libc::S_IFMT != 0 || fl & libc::O_NONBLOCK == 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 impl Drop for Shm {
     fn drop(&mut self) {
         // SAFETY: ptr/len describe the mapping made in map(); it is unmapped once, here.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memfd(flags: libc::c_uint, len: usize) -> OwnedFd {
+        // SAFETY: valid name; the returned descriptor is owned by the OwnedFd.
+        let fd = unsafe { libc::memfd_create(c"t".as_ptr(), flags) };
+        assert!(fd >= 0);
+        // SAFETY: fd was just created.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: valid memfd.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) }, 0);
+        fd
+    }
+
+    #[test]
+    fn doorbells_must_be_nonblocking_eventfds() {
+        let mut p = [0; 2];
+        // SAFETY: p has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
+        // SAFETY: both were just created and are owned here.
+        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        assert_eq!(check_peer_eventfd(&r).err(), Some(Errno::EINVAL));
+        for (flags, ok) in [(0, false), (libc::EFD_NONBLOCK, true)] {
+            // SAFETY: plain eventfd(2); the descriptor is owned by the OwnedFd.
+            let e = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, flags)) };
+            assert_eq!(check_peer_eventfd(&e).is_ok(), ok);
+        }
+    }
+
+    #[test]
+    fn own_segments_cannot_shrink() {
+        let s = Shm::create(8192).unwrap();
+        let fd = s.fd().unwrap().as_raw_fd();
+        // SAFETY: fd is the live segment descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd, 0) }, -1);
+        assert_eq!(Errno::last(), Errno::EPERM);
+    }
+
+    #[test]
+    fn unsealed_or_small_segments_are_refused() {
+        assert_eq!(Shm::map(memfd(libc::MFD_CLOEXEC, 8192), 8192).err(), Some(Errno::EINVAL));
+        let fd = memfd(libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING, 4096);
+        // SAFETY: valid sealable memfd.
+        assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) }, 0);
+        assert_eq!(Shm::map(fd, 8192).err(), Some(Errno::EINVAL));
+        let fd = memfd(libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING, 8192);
+        // SAFETY: valid sealable memfd.
+        assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) }, 0);
+        assert!(Shm::map(fd, 8192).is_ok());
     }
 }

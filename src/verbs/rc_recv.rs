@@ -1,0 +1,427 @@
+//! The receive side of the RC data path: the segments the peer wrote into our ring, executed
+//! (requests against our receives and memory regions; responses and NAKs to our requests).
+//!
+//! The peer writes every header field and the ring's `head`. Each segment is validated by
+//! [`segcheck::check`] against state kept here before anything is touched: a WRITE's
+//! destination and a SEND's offset come from the message recorded at its first segment, a
+//! response's length from our own request. A segment that fails is a protocol violation and
+//! breaks the link (the QP goes to ERR). A request refused by the rules of RC (rkey, bounds,
+//! access, length) gets a NAK and then moves this responder QP to ERR with an affiliated async
+//! event, as InfiniBand does for class C errors.
+
+use super::cq::Wc;
+use super::mr::{self, Mr};
+use super::qp::{Qp, QpState, RecvWqe};
+use super::rc::{message_slots, status_of, InMsg, Inflight, RespJob};
+use crate::provider::soft::link::Link;
+use crate::provider::soft::ring::*;
+use crate::provider::soft::segcheck::{self, Awaits, Open, Outstanding, Step};
+use crate::sys::*;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ibv_qp_state::*;
+use ibv_wc_opcode::*;
+use ibv_wc_status::*;
+
+/// What the consume loop does after a segment.
+enum Flow {
+    /// The segment is done: release its slot.
+    Next,
+    /// Keep the segment in the ring and stop (waiting for a receive, for room, or the QP left
+    /// RTR/RTS).
+    Stop,
+}
+
+/// READ and atomic responses waiting to be written, beyond which requests for more wait in
+/// the ring: a peer that never reads its responses cannot make us queue without bound.
+const MAX_QUEUED_RESPONSES: usize = SLOTS as usize;
+
+impl Qp {
+    /// Executes incoming segments; returns whether anything was consumed.
+    pub(super) fn consume(&self, st: &mut QpState) -> bool {
+        let Some(link) = st.link.clone() else { return false };
+        if !matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS) || nak_pending(st) {
+            return false;
+        }
+        let ring = link.inn;
+        let mut consumed = false;
+        // One ring's worth per pass: a peer refilling its ring as fast as we drain it cannot
+        // keep this QP's lock and the progress thread to itself.
+        for _ in 0..SLOTS {
+            let Some(available) = ring.available() else {
+                self.fail(st); // a head behind the tail or more than a ring ahead
+                break;
+            };
+            if available == 0 {
+                break;
+            }
+            let seq = ring.tail();
+            let (hp, data) = ring.slot(seq);
+            // SAFETY: the slot lies in the mapping and is published (available > 0); it is read
+            // once, so the checks below and the use of the header see the same values.
+            let h = unsafe { hp.read_volatile() };
+            let open = st.cur_in.as_ref().map(InMsg::open);
+            let request = !matches!(h.opcode, OP_READ_RESP | OP_ATOMIC_RESP | OP_NAK);
+            if request && open.is_none() && ring.is_closed() {
+                // The requester moved to error or is gone: it reported these requests as
+                // flushed, so they must not take effect here either.
+                ring.consume(1);
+                consumed = true;
+                continue;
+            }
+            let step = match segcheck::check(open, &h, |s| self.outstanding(st, &link, s)) {
+                Ok(step) => step,
+                Err(_) => {
+                    self.fail(st);
+                    break;
+                }
+            };
+            match self.execute(st, &link, seq, &h, data, step) {
+                Flow::Next => {
+                    ring.consume(1);
+                    consumed = true;
+                }
+                Flow::Stop => break,
+            }
+        }
+        if consumed {
+            link.notify_peer();
+        }
+        consumed
+    }
+
+    /// Applies one validated segment.
+    fn execute(
+        &self,
+        st: &mut QpState,
+        link: &Link,
+        seq: u64,
+        h: &SegHdr,
+        data: *const u8,
+        step: Step,
+    ) -> Flow {
+        match step {
+            Step::Data { opcode: OP_SEND, .. } => self.send_segment(st, link, seq, h, data, step),
+            Step::Data { .. } => self.write_segment(st, link, seq, h, data, step),
+            Step::Single { opcode } => self.single(st, link, seq, h, opcode),
+            Step::Response { off, n, last } => {
+                if let Some(f) = find_inflight(st, h.req_seq) {
+                    if let Some(local) = &f.local {
+                        // SAFETY: the local buffers were checked for local write when the
+                        // request was sent and hold f.len bytes; off + n <= f.len (checked);
+                        // data holds n published bytes.
+                        unsafe { super::rc::copy_in(local, off as u64, data, n as usize) };
+                    }
+                    f.resp_off = (off + n) as u64;
+                    f.done = last;
+                }
+                Flow::Next
+            }
+            Step::Nak { status } => {
+                match find_inflight(st, h.req_seq) {
+                    Some(f) => f.error = Some(status),
+                    None => self.nak_front(st, link, status),
+                }
+                Flow::Next
+            }
+        }
+    }
+
+    fn send_segment(
+        &self,
+        st: &mut QpState,
+        link: &Link,
+        seq: u64,
+        h: &SegHdr,
+        data: *const u8,
+        step: Step,
+    ) -> Flow {
+        let Step::Data { opcode, len, off, n, first, last, imm } = step else { return Flow::Stop };
+        if first {
+            if !self.has_recv(st) {
+                if let Some(srq) = &self.srq {
+                    srq.starved.store(true, Ordering::Release);
+                }
+                // Receiver not ready: the message waits, and the requester sees an RNR NAK
+                // (it retries per its rnr_retry, 7 = forever).
+                link.inn.set_rnr(seq, st.attr.min_rnr_timer);
+                return Flow::Stop;
+            }
+            let Some(wqe) = self.next_recv(st) else { return Flow::Stop };
+            let status = if len as u64 > wqe.sges.total() {
+                IBV_WC_LOC_LEN_ERR
+            } else if self.check_local(&wqe.sges, mr::ACCESS_LOCAL_WRITE).is_err() {
+                IBV_WC_LOC_PROT_ERR
+            } else {
+                IBV_WC_SUCCESS
+            };
+            let open = Open { opcode, len, got: 0, imm };
+            st.cur_in = Some(InMsg::Recv { wqe, status, open });
+        }
+        let Some(InMsg::Recv { wqe, status, open }) = st.cur_in.as_mut() else { return Flow::Stop };
+        if *status == IBV_WC_SUCCESS {
+            // SAFETY: the receive's regions were checked (local write, in bounds, room for the
+            // whole message of `len` bytes); off + n <= len (checked); data holds n bytes.
+            unsafe { super::rc::copy_in(&wqe.sges, off as u64, data, n as usize) };
+        }
+        open.got = off + n;
+        if !last {
+            return Flow::Next;
+        }
+        let Some(InMsg::Recv { wqe, status, .. }) = st.cur_in.take() else { return Flow::Stop };
+        let mut wc = self.recv_wc(st, &wqe, status, IBV_WC_RECV, len, h);
+        if imm {
+            wc.imm = h.imm;
+            wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
+        }
+        self.recv_cq.push(wc);
+        if status != IBV_WC_SUCCESS {
+            let remote = if status == IBV_WC_LOC_LEN_ERR {
+                IBV_WC_REM_INV_REQ_ERR
+            } else {
+                IBV_WC_REM_OP_ERR
+            };
+            // The NAK goes before the segment is released, so the requester sees it first.
+            self.nak(st, link, seq.wrapping_add(1), remote);
+            return Flow::Stop;
+        }
+        Flow::Next
+    }
+
+    fn write_segment(
+        &self,
+        st: &mut QpState,
+        link: &Link,
+        seq: u64,
+        h: &SegHdr,
+        data: *const u8,
+        step: Step,
+    ) -> Flow {
+        let Step::Data { opcode, len, off, n, first, last, imm } = step else { return Flow::Stop };
+        if last && imm && !self.has_recv(st) {
+            link.inn.set_rnr(seq, st.attr.min_rnr_timer); // WRITE with immediate needs a receive
+            return Flow::Stop;
+        }
+        if first {
+            let base = h.remote_addr;
+            match self.check_remote(st, h.rkey, base, len as u64, mr::ACCESS_REMOTE_WRITE) {
+                Ok(mr) => {
+                    st.cur_in =
+                        Some(InMsg::Write { base, mr, open: Open { opcode, len, got: 0, imm } })
+                }
+                Err(status) => {
+                    self.nak(st, link, seq.wrapping_add(message_slots(len)), status);
+                    return Flow::Stop;
+                }
+            }
+        }
+        let Some(InMsg::Write { base, mr, open }) = st.cur_in.as_mut() else { return Flow::Stop };
+        if mr.is_some() {
+            // SAFETY: [base, base + len) was checked for remote write in a live region (held in
+            // cur_in) at the first segment; off + n <= len (checked), so the destination lies in
+            // it whatever this segment's header says; data holds n published bytes.
+            unsafe { copy_last_byte_last(data, (*base + off as u64) as *mut u8, n as usize) };
+        }
+        open.got = off + n;
+        if last {
+            st.cur_in = None;
+            if imm {
+                let Some(wqe) = self.next_recv(st) else { return Flow::Stop };
+                let mut wc =
+                    self.recv_wc(st, &wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, h);
+                wc.imm = h.imm;
+                wc.wc_flags = ibv_wc_flags::IBV_WC_WITH_IMM.0;
+                self.recv_cq.push(wc);
+            }
+        }
+        Flow::Next
+    }
+
+    /// A READ request or an atomic: executed (READ: its response queued) or NAKed.
+    fn single(&self, st: &mut QpState, link: &Link, seq: u64, h: &SegHdr, opcode: u32) -> Flow {
+        if st.responses.len() >= MAX_QUEUED_RESPONSES {
+            return Flow::Stop; // the peer reads its responses first
+        }
+        let r = if opcode == OP_READ_REQ {
+            let len = h.msg_len as u64;
+            self.check_remote(st, h.rkey, h.remote_addr, len, mr::ACCESS_REMOTE_READ).map(|mr| {
+                RespJob::Read {
+                    req_seq: seq.wrapping_add(1),
+                    addr: h.remote_addr,
+                    len,
+                    off: 0,
+                    _mr: mr,
+                }
+            })
+        } else if h.remote_addr % 8 != 0 {
+            Err(IBV_WC_REM_INV_REQ_ERR)
+        } else {
+            self.check_remote(st, h.rkey, h.remote_addr, 8, mr::ACCESS_REMOTE_ATOMIC).map(|_mr| {
+                // SAFETY: 8 aligned bytes inside a live region with atomic access.
+                let cell = unsafe { AtomicU64::from_ptr(h.remote_addr as *mut u64) };
+                let value = if opcode == OP_CMP_SWAP {
+                    match cell.compare_exchange(
+                        h.compare_add,
+                        h.swap,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(v) | Err(v) => v,
+                    }
+                } else {
+                    cell.fetch_add(h.compare_add, Ordering::SeqCst)
+                };
+                RespJob::Atomic { req_seq: seq.wrapping_add(1), value }
+            })
+        };
+        match r {
+            Ok(job) => {
+                st.responses.push_back(job);
+                Flow::Next
+            }
+            Err(status) => {
+                self.nak(st, link, seq.wrapping_add(1), status);
+                Flow::Stop
+            }
+        }
+    }
+
+    fn recv_wc(
+        &self,
+        st: &QpState,
+        wqe: &RecvWqe,
+        status: u32,
+        opcode: u32,
+        len: u32,
+        h: &SegHdr,
+    ) -> Wc {
+        Wc {
+            wr_id: wqe.wr_id,
+            status,
+            opcode,
+            byte_len: len,
+            qp_num: self.qpn,
+            src_qp: st.attr.dest_qp_num,
+            solicited: h.solicited != 0,
+            ..Wc::default()
+        }
+    }
+
+    /// Refuses a request: the NAK is written before the request's slots are released (now, or
+    /// once the ring has room; nothing more is consumed meanwhile), then the QP goes to ERR.
+    fn nak(&self, st: &mut QpState, link: &Link, req_seq: u64, status: u32) {
+        st.responses.push_back(RespJob::Nak { req_seq, status });
+        self.push_responses(st, link);
+    }
+
+    /// The responder refused a request with `status` and told the requester: like an IB
+    /// responder after a class C error, the QP moves to ERR with an affiliated async event.
+    pub(super) fn responder_error(&self, st: &mut QpState, status: u32) {
+        use ibv_event_type::*;
+        let event = match status {
+            IBV_WC_REM_ACCESS_ERR => IBV_EVENT_QP_ACCESS_ERR,
+            IBV_WC_REM_INV_REQ_ERR => IBV_EVENT_QP_REQ_ERR,
+            _ => IBV_EVENT_QP_FATAL,
+        };
+        self.to_error(st);
+        self.ctx.events.push((event, super::async_event::Element::Qp(self.ptr() as usize)));
+    }
+
+    /// A NAK for the request still being written (longer than the ring): it fails now, in
+    /// posting order after the requests before it.
+    fn nak_front(&self, st: &mut QpState, link: &Link, status: u32) {
+        if st.pushed == 0 {
+            return;
+        }
+        let Some(w) = st.sq.pop_front() else { return };
+        let written = st.pushed.div_ceil(SEG_DATA as u64);
+        let start = link.out.head().wrapping_sub(written);
+        let end = start.wrapping_add(message_slots(w.len as u32));
+        st.pushed = 0;
+        let mut f = self.inflight(w, start, end);
+        f.error = Some(status);
+        st.inflight.push_back(f);
+    }
+
+    /// Our own record of the request a response or NAK names, if there is one.
+    fn outstanding(&self, st: &QpState, link: &Link, req_seq: u64) -> Option<Outstanding> {
+        if let Some(f) = st.inflight.iter().find(|f| f.end_seq == req_seq) {
+            let awaits = match f.wc_opcode {
+                IBV_WC_RDMA_READ => Awaits::Read,
+                IBV_WC_COMP_SWAP | IBV_WC_FETCH_ADD => Awaits::Atomic,
+                _ => Awaits::Ack,
+            };
+            let settled = f.done || f.error.is_some();
+            return Some(Outstanding { awaits, len: f.len, got: f.resp_off as u32, settled });
+        }
+        // The request still being written: a NAK may refuse it at its first segment.
+        let w = st.sq.front().filter(|_| st.pushed > 0)?;
+        let written = st.pushed.div_ceil(SEG_DATA as u64);
+        let end = link.out.head().wrapping_sub(written).wrapping_add(message_slots(w.len as u32));
+        (end == req_seq).then_some(Outstanding {
+            awaits: Awaits::Ack,
+            len: w.len as u32,
+            got: 0,
+            settled: false,
+        })
+    }
+
+    /// A remote access: the QP must allow it and the region must cover it with `need`.
+    fn check_remote(
+        &self,
+        st: &QpState,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<Option<Arc<Mr>>, u32> {
+        if st.attr.qp_access_flags & need != need {
+            return Err(IBV_WC_REM_INV_REQ_ERR);
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        mr::lookup(rkey, &self.pd, addr, len as usize, need).map(Some).map_err(status_of)
+    }
+
+    pub(super) fn next_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
+        match &self.srq {
+            Some(s) => s.pop(),
+            None => st.rq.pop_front(),
+        }
+    }
+
+    fn has_recv(&self, st: &QpState) -> bool {
+        match &self.srq {
+            Some(s) => !s.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
+            None => !st.rq.is_empty(),
+        }
+    }
+}
+
+/// A refused request's NAK still waits for room: nothing more is taken from the ring.
+fn nak_pending(st: &QpState) -> bool {
+    matches!(st.responses.back(), Some(RespJob::Nak { .. }))
+}
+
+fn find_inflight(st: &mut QpState, req_seq: u64) -> Option<&mut Inflight> {
+    st.inflight.iter_mut().find(|f| f.end_seq == req_seq)
+}
+
+/// Copies a one-sided payload so that the last byte lands last: a target spinning on its
+/// buffer's last byte sees the whole payload once that byte changes.
+///
+/// # Safety
+/// `src` and `dst` are valid for `n` bytes and do not overlap.
+unsafe fn copy_last_byte_last(src: *const u8, dst: *mut u8, n: usize) {
+    if n == 0 {
+        return;
+    }
+    // SAFETY: per the function's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, n - 1);
+        fence(Ordering::Release);
+        dst.add(n - 1).write_volatile(*src.add(n - 1));
+    }
+}
