@@ -4,6 +4,7 @@ use super::channel::{Event, EventChannel, CHANNELS, EVENT_PRIVATE};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::handle::{pod_copy, CBox, CData, Registry};
+use crate::provider::soft::accept::Acceptor;
 use crate::provider::soft::engine::engine;
 use crate::provider::soft::unix::{self, Pod};
 use crate::sys::*;
@@ -59,6 +60,8 @@ pub(super) struct IdState {
     bound: Option<Arc<OwnedFd>>,
     /// The CM connection of a connecting or connected id.
     pub(super) conn: Option<Arc<OwnedFd>>,
+    /// A listening id's acceptor (it stops accepting when dropped).
+    acceptor: Option<Acceptor>,
     /// Events handed to the application (or queued) and not yet acknowledged.
     outstanding: u32,
     disconnect_reported: bool,
@@ -295,6 +298,7 @@ impl CmId {
                 remote: None,
                 bound: None,
                 conn: None,
+                acceptor: None,
                 outstanding: 0,
                 disconnect_reported: false,
                 peer_qpn: 0,
@@ -669,35 +673,30 @@ impl CmId {
         let fd = st.bound.as_ref().ok_or(Errno::EINVAL)?;
         unix::listen_bound(fd, backlog.max(16))?;
         let fd = fd.clone();
-        st.state = State::Listen;
-        drop(st);
         let me = self.me.clone();
-        let lfd = fd.as_raw_fd();
-        // The handler owns a reference to the socket: its descriptor stays valid while it runs.
-        engine()?.watch(
-            lfd,
-            Arc::new(move |_| {
+        st.acceptor = Some(Acceptor::start(
+            fd,
+            Box::new(move |conn, first, _fds| {
                 if let Some(l) = me.upgrade() {
-                    l.accept_pending(fd.as_raw_fd());
+                    l.on_first_message(conn, first);
                 }
             }),
-        )
+        )?);
+        st.state = State::Listen;
+        Ok(())
     }
 
-    fn accept_pending(&self, lfd: i32) {
-        while let Ok(Some(conn)) = unix::accept(lfd) {
-            let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
-            let Ok(Some((n, _))) = unix::recv(conn.as_raw_fd(), &mut buf) else { continue };
-            let Some(m) = Msg::from_bytes(&buf[..n]) else { continue };
-            match m.kind {
-                proto::REQ => {
-                    let _ = self.on_request(conn, m);
-                }
-                proto::SIDR_REQ => {
-                    let _ = self.on_sidr_request(conn, m);
-                }
-                _ => {}
+    /// The first message on a connection to our listener: a request, or garbage (dropped).
+    fn on_first_message(&self, conn: OwnedFd, first: &[u8]) {
+        let Some(m) = proto::decode(first) else { return };
+        match m.kind {
+            proto::REQ => {
+                let _ = self.on_request(conn, m);
             }
+            proto::SIDR_REQ => {
+                let _ = self.on_sidr_request(conn, m);
+            }
+            _ => {}
         }
     }
 
@@ -785,7 +784,7 @@ impl CmId {
                 loop {
                     match unix::recv(fd, &mut buf) {
                         Ok(Some((n, _))) => {
-                            if let Some(m) = Msg::from_bytes(&buf[..n]) {
+                            if let Some(m) = proto::decode(&buf[..n]) {
                                 id.on_msg(m);
                             }
                         }
@@ -1383,6 +1382,7 @@ impl CmId {
             st.destroyed = true;
             let dropped = ch.take_events_of(self).len();
             st.outstanding = st.outstanding.saturating_sub(dropped as u32);
+            st.acceptor = None;
             (st.bound.take(), st.conn.take())
         };
         if let Ok(e) = engine() {
