@@ -343,3 +343,31 @@ pub fn bound_names(prefix: &str) -> Vec<String> {
         .map(|n| n[1..].to_string())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that never reads must not make us wait: once its queue is full, `send` says
+    /// `EAGAIN` (the caller then drops the connection) instead of waiting for room.
+    #[test]
+    fn send_never_waits_for_a_reader() {
+        let mut sv = [0; 2];
+        // SAFETY: sv is a valid array of two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: both descriptors were just created and are owned here.
+        let (a, _b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        let msg = [0u8; 288];
+        let sent = (0..100_000).take_while(|_| send(a.as_raw_fd(), &msg, &[]).is_ok()).count();
+        assert!(sent < 100_000, "the queue of a peer that never reads never filled");
+        assert_eq!(send(a.as_raw_fd(), &msg, &[]), Err(Errno::EAGAIN));
+    }
+}
