@@ -110,20 +110,31 @@ struct CmDevice {
     pd: usize,
 }
 
-static CM_DEVICE: Lazy<Result<CmDevice>> = Lazy::new(|| {
+/// Opened on first use, and again in a forked child (the parent's context is not the child's).
+static CM_DEVICE: Mutex<Option<(u64, CmDevice)>> = Mutex::new(None);
+
+fn cm_device() -> Result<(usize, usize)> {
+    let generation = crate::provider::soft::fork::generation();
+    let mut d = lock(&CM_DEVICE);
+    if let Some((g, dev)) = d.as_ref() {
+        if *g == generation {
+            return Ok((dev.ctx, dev.pd));
+        }
+    }
     let ctx = device::Context::open(device::device_ptr(), crate::abi::verbs::context_ops())?;
     let c = objects().contexts.get(ctx)?;
     let pd = crate::verbs::pd::Pd::alloc(c)?;
-    Ok(CmDevice { ctx: ctx as usize, pd: pd as usize })
-});
+    *d = Some((generation, CmDevice { ctx: ctx as usize, pd: pd as usize }));
+    Ok((ctx as usize, pd as usize))
+}
 
 /// The context `rdma_get_devices` returns and ids are bound to.
 pub fn cm_context() -> Result<*mut ibv_context> {
-    CM_DEVICE.as_ref().map(|d| d.ctx as *mut ibv_context).map_err(|e| *e)
+    cm_device().map(|(ctx, _)| ctx as *mut ibv_context)
 }
 
 fn cm_pd() -> Result<*mut ibv_pd> {
-    CM_DEVICE.as_ref().map(|d| d.pd as *mut ibv_pd).map_err(|e| *e)
+    cm_device().map(|(_, pd)| pd as *mut ibv_pd)
 }
 
 // --- socket addresses ----------------------------------------------------------------------

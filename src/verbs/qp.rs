@@ -293,7 +293,9 @@ impl Qp {
                 }),
             )?;
         }
+        let f = fork::shared();
         BY_QPN.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, w.clone());
+        drop(f);
         send_cq.attach(w.clone());
         recv_cq.attach(w.clone());
         let pw: Weak<dyn Pollable> = w;
@@ -307,7 +309,9 @@ impl Qp {
         if let Ok(e) = engine() {
             e.unwatch(qp.listener.as_raw_fd());
         }
+        let f = fork::shared();
         BY_QPN.write().unwrap_or_else(|e| e.into_inner()).remove(&qp.qpn);
+        drop(f);
         let mut st = lock(&qp.st);
         st.link = None;
         st.pending_hello = None;
@@ -702,9 +706,12 @@ impl Pollable for Qp {
 /// connection is then dropped).
 fn on_handshake(conn: OwnedFd, first: &[u8], fds: Vec<OwnedFd>) {
     let Ok(h) = link::parse_hello(first) else { return };
-    let qp =
-        BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&h.to_qpn).and_then(|w| w.upgrade());
-    if let Some(qp) = qp {
+    let qp = {
+        let _f = fork::shared();
+        BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&h.to_qpn).and_then(|w| w.upgrade())
+    };
+    // A QP inherited from a parent process is the parent's: a child never adopts for it.
+    if let Some(qp) = qp.filter(|q| q.generation == fork::generation()) {
         qp.on_hello(conn, h, fds);
     }
 }

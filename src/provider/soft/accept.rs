@@ -166,15 +166,21 @@ impl Inner {
         let p2 = p.clone();
         let watched = e.watch(
             p.raw,
-            Arc::new(move |_| {
-                if let Some(i) = w.upgrade() {
-                    i.on_first_readable(&p2);
-                }
+            Arc::new(move |_| match w.upgrade() {
+                Some(i) => i.on_first_readable(&p2),
+                // The acceptor is gone: a level-triggered watch must not stay behind.
+                None => p2.close(),
             }),
         );
         if watched.is_err() {
             self.forget(&p);
             lock(&p.conn).take();
+            return;
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            // Dropped while we were accepting: do not leave this one behind.
+            self.forget(&p);
+            p.close();
             return;
         }
         self.arm_sweep(FIRST_MESSAGE_WITHIN);
