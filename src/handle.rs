@@ -98,6 +98,7 @@ use crate::provider::soft::fork::shared;
 
 impl<T> Registry<T> {
     pub fn insert(&self, addr: usize, obj: Arc<T>) {
+        crate::provider::soft::fork::install();
         let _f = shared();
         let old =
             self.map.write().unwrap_or_else(|e| e.into_inner()).insert(addr, (current(), obj));
@@ -111,10 +112,12 @@ impl<T> Registry<T> {
             return Err(Errno::EINVAL);
         }
         let _f = shared();
-        match self.map.read().unwrap_or_else(|e| e.into_inner()).get(&(p as usize)) {
+        // A `let`, so the map's guard is released before `_f` (a tail expression's would not be).
+        let r = match self.map.read().unwrap_or_else(|e| e.into_inner()).get(&(p as usize)) {
             Some((g, o)) if *g == current() => Ok(o.clone()),
             _ => Err(Errno::EINVAL),
-        }
+        };
+        r
     }
 
     pub fn remove<P>(&self, p: *const P) -> Option<Arc<T>> {

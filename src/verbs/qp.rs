@@ -706,10 +706,11 @@ impl Pollable for Qp {
 /// connection is then dropped).
 fn on_handshake(conn: OwnedFd, first: &[u8], fds: Vec<OwnedFd>) {
     let Ok(h) = link::parse_hello(first) else { return };
-    let qp = {
-        let _f = fork::shared();
-        BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&h.to_qpn).and_then(|w| w.upgrade())
-    };
+    let f = fork::shared();
+    let table = BY_QPN.read().unwrap_or_else(|e| e.into_inner());
+    let qp = table.get(&h.to_qpn).and_then(|w| w.upgrade());
+    drop(table);
+    drop(f);
     // A QP inherited from a parent process is the parent's: a child never adopts for it.
     if let Some(qp) = qp.filter(|q| q.generation == fork::generation()) {
         qp.on_hello(conn, h, fds);

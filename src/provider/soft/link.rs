@@ -137,11 +137,19 @@ impl Link {
     /// Active side: reads the peer's `Ack`. `Ok(false)` means the peer hung up.
     pub fn on_readable(&self) -> Result<bool> {
         let mut buf = [0u8; 64];
-        match unix::recv(self.sock.as_raw_fd(), &mut buf)? {
+        let r = match unix::recv(self.sock.as_raw_fd(), &mut buf) {
+            Err(e) if e == Errno::EAGAIN => return Ok(true), // nothing yet (non-blocking)
+            r => r?,
+        };
+        match r {
             None => Ok(false),
             Some((n, mut fds)) => {
                 let h = Hello::from_bytes(&buf[..n]).ok_or(Errno::EINVAL)?;
-                if h.magic != MAGIC || h.kind != ACK || fds.len() != 2 {
+                if n != std::mem::size_of::<Hello>()
+                    || h.magic != MAGIC
+                    || h.kind != ACK
+                    || fds.len() != 2
+                {
                     return Err(Errno::EINVAL);
                 }
                 let efd = fds.pop().ok_or(Errno::EINVAL)?;
