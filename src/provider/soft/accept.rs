@@ -2,9 +2,11 @@
 //! thread ever waiting for a peer:
 //! * connections are accepted non-blocking, and those from users we do not accept (`access`)
 //!   are closed at once;
-//! * a new connection waits, registered with the engine, until its first message arrives; one
-//!   that sends nothing within `FIRST_MESSAGE_WITHIN` is closed, and at most `MAX_PENDING`
-//!   wait per listener (a newcomer evicts the oldest);
+//! * a connection's first message is usually there when it is accepted (our peers send it right
+//!   after `connect`); otherwise the connection waits, registered with the engine, until it
+//!   arrives. One that sends nothing within `FIRST_MESSAGE_WITHIN` is closed; at most
+//!   `MAX_PENDING` wait per listener (a newcomer evicts the oldest) and `MAX_PENDING_TOTAL` in
+//!   the process (beyond that a silent newcomer is closed at once);
 //! * when `accept4` fails for lack of descriptors or memory, the listener is not watched for a
 //!   while (100 ms, doubling up to 1 s), so a level-triggered epoll does not spin on it.
 
@@ -13,7 +15,7 @@ use super::{access, unix};
 use crate::errno::Result;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,9 @@ pub type OnFirst = Box<dyn Fn(OwnedFd, &[u8], Vec<OwnedFd>) + Send + Sync>;
 
 pub const FIRST_MESSAGE_WITHIN: Duration = Duration::from_secs(3);
 pub const MAX_PENDING: usize = 64;
+pub const MAX_PENDING_TOTAL: usize = 256;
+/// Connections of this process waiting for their first message, over all listeners.
+static PENDING_TOTAL: AtomicUsize = AtomicUsize::new(0);
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// Connections accepted per readiness event, so a flood does not starve other sockets.
@@ -81,13 +86,35 @@ impl Drop for Acceptor {
 }
 
 impl Pending {
+    fn new(conn: OwnedFd) -> Option<Arc<Pending>> {
+        let n = PENDING_TOTAL.fetch_add(1, Ordering::SeqCst);
+        if n >= MAX_PENDING_TOTAL {
+            PENDING_TOTAL.fetch_sub(1, Ordering::SeqCst);
+            return None; // dropping `conn` closes it
+        }
+        Some(Arc::new(Pending {
+            raw: conn.as_raw_fd(),
+            conn: Mutex::new(Some(conn)),
+            deadline: Instant::now() + FIRST_MESSAGE_WITHIN,
+        }))
+    }
+
+    /// Takes the connection out (once): it no longer counts as waiting.
+    fn take(&self) -> Option<OwnedFd> {
+        let c = lock(&self.conn).take();
+        if c.is_some() {
+            PENDING_TOTAL.fetch_sub(1, Ordering::SeqCst);
+        }
+        c
+    }
+
     /// Stops watching and closes the connection (unless it was handed on already).
     fn close(&self) {
-        let conn = lock(&self.conn).take();
-        if conn.is_some() {
+        if let Some(conn) = self.take() {
             if let Ok(e) = engine() {
                 e.unwatch(self.raw);
             }
+            drop(conn);
         }
     }
 }
@@ -147,12 +174,14 @@ impl Inner {
         if !unix::peer_uid(conn.as_raw_fd()).is_ok_and(access::allowed) {
             return; // another user: closed
         }
+        let mut buf = [0u8; FIRST_MAX];
+        match unix::recv(conn.as_raw_fd(), &mut buf) {
+            Err(e) if e == crate::Errno::EAGAIN => {}
+            Ok(Some((n, fds))) => return (self.on_first)(conn, &buf[..n.min(FIRST_MAX)], fds),
+            _ => return, // closed at once, or an error: dropped
+        }
         let Ok(e) = engine() else { return };
-        let p = Arc::new(Pending {
-            raw: conn.as_raw_fd(),
-            conn: Mutex::new(Some(conn)),
-            deadline: Instant::now() + FIRST_MESSAGE_WITHIN,
-        });
+        let Some(p) = Pending::new(conn) else { return };
         let evicted = {
             let mut q = lock(&self.pending);
             let old = if q.len() >= MAX_PENDING { q.pop_front() } else { None };
@@ -174,7 +203,7 @@ impl Inner {
         );
         if watched.is_err() {
             self.forget(&p);
-            lock(&p.conn).take();
+            p.take();
             return;
         }
         if self.closed.load(Ordering::SeqCst) {
@@ -192,14 +221,14 @@ impl Inner {
 
     fn on_first_readable(&self, p: &Arc<Pending>) {
         let mut buf = [0u8; FIRST_MAX];
-        let mut slot = lock(&p.conn);
+        let slot = lock(&p.conn);
         let Some(fd) = slot.as_ref() else { return };
         let r = unix::recv(fd.as_raw_fd(), &mut buf);
+        drop(slot);
         if matches!(r, Err(e) if e == crate::Errno::EAGAIN) {
             return;
         }
-        let conn = slot.take();
-        drop(slot);
+        let conn = p.take();
         if let Ok(e) = engine() {
             e.unwatch(p.raw);
         }
