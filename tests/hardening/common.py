@@ -85,16 +85,39 @@ def closed_by_peer(s, timeout):
         return True
 
 
-def cm_req(qpn=0x123456):
-    """A well-formed CM REQ as rdmashim's CM sends it (src/cm/proto.rs `Msg`)."""
+REQ, REP, RTU, DREQ = 1, 2, 3, 5
+
+
+def cm_msg(kind, qpn=0x123456):
+    """A well-formed CM message as rdmashim's CM sends it (src/cm/proto.rs `Msg`)."""
     wire = bytes(10) + b"\xff\xff" + bytes([127, 0, 0, 1]) + struct.pack(">H", 40000) + bytes(10)
-    return struct.pack("<IIiI6B2xIII28s28s196s", 1, qpn, 0, 0, 1, 1, 0, 7, 7, 0, 0, 0, 0,
+    return struct.pack("<IIiI6B2xIII28s28s196s", kind, qpn, 0, 0, 1, 1, 0, 7, 7, 0, 0, 0, 0,
                        wire, wire, bytes(196))
+
+
+def cm_req(qpn=0x123456):
+    return cm_msg(REQ, qpn)
 
 
 def qp_hello(from_qpn, to_qpn):
     """A well-formed QP handshake (src/provider/soft/link.rs `Hello`, without descriptors)."""
     return struct.pack("<IIII", 0x52444D53, 1, from_qpn, to_qpn)
+
+
+def strace_count(pid, calls, seconds):
+    """System calls of `pid` (all threads) over `seconds`, counted by strace -c: {name: count}."""
+    import re
+    import signal
+    with subprocess.Popen(["strace", "-f", "-c", "-e", "trace=" + ",".join(calls), "-p", str(pid)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as st:
+        time.sleep(seconds)
+        st.send_signal(signal.SIGINT)
+        _, report = st.communicate(timeout=30)
+    print(report.strip())
+    counts = {}
+    for m in re.finditer(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", report, re.M):
+        counts[m.group(2)] = int(m.group(1))
+    return counts
 
 
 def start(argv, env):

@@ -6,7 +6,10 @@
    silent ones are open, rdma_client still connects and exchanges data (bounded wait).
 2. QP socket: while silent and garbage connections to the server's QP socket are open, an
    ibv_rc_pingpong pair in event mode (which needs the server's progress thread) completes.
-(A peer that never reads: src/provider/soft/unix.rs `send_never_waits_for_a_reader`.)
+3. A peer that never reads: a fake CM client completes REQ/REP/RTU with rdma_server, then sends
+   DREQs (each answered by a DREP) and never reads. Counted with strace over 1 s: the server
+   makes no sendmsg calls once our queue is full (it does not wait for room to send). (The
+   unit test src/provider/soft/unix.rs `send_never_waits_for_a_reader` shows the same for send.)
 
 Before the fix the progress thread blocked reading the first silent connection: the silent
 connection stayed open forever and rdma_client / ibv_rc_pingpong never completed.
@@ -15,10 +18,11 @@ Usage: silent_peer.py --build-dir BUILD
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (closed_by_peer, connect, env_for, finish, free_port, listeners, start,  # noqa: E402
-                    stop, wait_for)
+from common import (DREQ, REP, RTU, closed_by_peer, cm_msg, connect, env_for, finish,  # noqa: E402
+                    free_port, listeners, start, stop, strace_count, wait_for)
 
 
 def cm_listener(build):
@@ -68,12 +72,44 @@ def qp_socket(build):
         stop(server)
 
 
+def never_reads(build):
+    env = env_for(build)
+    port = str(free_port())
+    server = start(["rdma_server", "-p", port], env)
+    try:
+        name = wait_for("rdma_server's CM listener", lambda: listeners(server.pid, "rdmashim/cm/"))[0]
+        s = connect(name)
+        s.send(cm_msg(1, qpn=0xfffff0))
+        s.settimeout(10)
+        rep = s.recv(4096)
+        if len(rep) < 4 or int.from_bytes(rep[:4], "little") != REP:
+            raise SystemExit(f"FAIL: no REP from rdma_server ({rep[:8]!r})")
+        s.send(cm_msg(RTU))
+        s.setblocking(False)
+        sent = 0
+        for _ in range(5000):
+            try:
+                s.send(cm_msg(DREQ))
+                sent += 1
+            except BlockingIOError:
+                break
+        time.sleep(0.5)  # let the server answer what it can
+        counts = strace_count(server.pid, ["sendmsg", "poll"], 1.0)
+        print(f"sent {sent} DREQs without reading; server in 1 s: {counts}")
+        if counts.get("sendmsg", 0) > 2:
+            raise SystemExit("FAIL: the server keeps trying to send to a peer that never reads")
+        s.close()
+    finally:
+        stop(server)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
     build = os.path.abspath(ap.parse_args().build_dir)
     cm_listener(build)
     qp_socket(build)
+    never_reads(build)
     print("silent_peer: ok")
     return 0
 

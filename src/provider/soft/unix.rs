@@ -145,8 +145,9 @@ pub fn set_nonblocking(fd: RawFd) -> Result<()> {
 const MAX_FDS: usize = 4;
 
 /// Sends one message with up to four descriptors attached, without waiting: `EAGAIN` means the
-/// peer has let hundreds of our messages pile up unread (the protocols send a handful), so the
-/// caller treats it as a broken connection rather than wait for a peer that may never read.
+/// peer has let hundreds of our messages pile up unread (the protocols send a handful); the
+/// message is then not sent, which only harms that peer's own connection, instead of our
+/// waiting for a peer that may never read.
 pub fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
     assert!(fds.len() <= MAX_FDS);
     let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
