@@ -114,6 +114,8 @@ def strace_count(pid, calls, seconds):
         st.send_signal(signal.SIGINT)
         _, report = st.communicate(timeout=30)
     print(report.strip())
+    if "attached" not in report:
+        raise SystemExit("FAIL: strace could not attach to the server (needs ptrace rights)")
     counts = {}
     for m in re.finditer(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", report, re.M):
         counts[m.group(2)] = int(m.group(1))

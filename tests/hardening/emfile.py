@@ -13,14 +13,14 @@ Usage: emfile.py --build-dir BUILD
 """
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import SKIP, connect, env_for, finish, free_port, listeners, start, stop, wait_for  # noqa: E402
+from common import (SKIP, connect, env_for, finish, free_port, listeners, start, stop,  # noqa: E402
+                    strace_count, wait_for)
 
 WINDOW = 2.0
 MAX_ACCEPTS = 40
@@ -49,14 +49,7 @@ def resource_soft_limit(pid):
 
 
 def accept4_calls(pid):
-    with subprocess.Popen(["strace", "-f", "-c", "-e", "trace=accept4", "-p", str(pid)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as st:
-        time.sleep(WINDOW)
-        st.send_signal(2)
-        _, report = st.communicate(timeout=30)
-    m = re.search(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?accept4\s*$", report, re.M)
-    print(report.strip())
-    return int(m.group(1)) if m else 0
+    return strace_count(pid, ["accept4"], WINDOW).get("accept4", 0)
 
 
 def main():
