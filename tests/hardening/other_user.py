@@ -15,6 +15,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (SKIP, closed_by_peer, cm_req, connect, env_for, finish, free_port,  # noqa: E402
@@ -94,13 +95,27 @@ def refused_qp(build):
 
 
 def allowed_with_opt_in(build):
+    # uid 65534 must be able to load the library: use a world-readable copy (the checkout may
+    # sit in a directory only root can enter).
+    tmp = tempfile.mkdtemp(prefix="rdmashim-other-user-")
+    os.chmod(tmp, 0o755)
+    lib = os.path.join(tmp, "librdmashim.so")
+    shutil.copy(os.path.join(build, "librdmashim.so"), lib)
+    os.chmod(lib, 0o755)
+    try:
+        run_opted_in(build, lib)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_opted_in(build, lib):
     port = str(free_port())
     server = start(["rdma_server", "-p", port], env_for(build, {"RDMASHIM_ALLOW_UIDS": str(NOBODY)}))
     try:
         wait_for("rdma_server's CM listener", lambda: listeners(server.pid, "rdmashim/cm/"))
         client = start(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                         "rdma_client", "-s", "127.0.0.1", "-p", port],
-                       env_for(build, {"RDMASHIM_ALLOW_UIDS": "0"}))
+                       env_for(build, {"RDMASHIM_ALLOW_UIDS": "0", "LD_PRELOAD": lib}))
         finish(client, "rdma_client as uid 65534 (both sides opted in)", 20)
         finish(server, "rdma_server", 10)
         print("with RDMASHIM_ALLOW_UIDS on both sides, uid 65534 connected to root and moved data")
