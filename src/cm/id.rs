@@ -1091,7 +1091,12 @@ impl CmId {
         match self.dial(remote) {
             Ok(conn) => {
                 self.adopt_conn(conn)?;
-                self.send(m)
+                match self.send(m) {
+                    // The listener closed at once (it refused us): its hang-up reports
+                    // UNREACHABLE, like any connection that breaks while connecting.
+                    Err(e) if e.0 == libc::EPIPE || e == Errno::ECONNRESET => Ok(()),
+                    r => r,
+                }
             }
             Err(_) => {
                 lock(&self.st).state = State::Rejected;

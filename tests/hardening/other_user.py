@@ -14,6 +14,7 @@ Usage: other_user.py --build-dir BUILD
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -103,9 +104,38 @@ def allowed_with_opt_in(build):
     shutil.copy(os.path.join(build, "librdmashim.so"), lib)
     os.chmod(lib, 0o755)
     try:
+        refused_program(build, lib)
         run_opted_in(build, lib)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def refused_program(build, lib):
+    """rdma_client as uid 65534 (which would accept root) against a root server that did not
+    opt in: the client fails, nothing is established, and a root client then completes."""
+    env = env_for(build)
+    port = str(free_port())
+    server = start(["rdma_server", "-p", port], env)
+    try:
+        wait_for("rdma_server's CM listener", lambda: listeners(server.pid, "rdmashim/cm/"))
+        client = start(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                        "rdma_client", "-s", "127.0.0.1", "-p", port],
+                       env_for(build, {"RDMASHIM_ALLOW_UIDS": "0", "LD_PRELOAD": lib}))
+        try:
+            out, _ = client.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            raise SystemExit("FAIL: rdma_client as uid 65534 hung instead of being refused")
+        if client.returncode == 0:
+            print(out)
+            raise SystemExit("FAIL: rdma_client as uid 65534 connected to a root server")
+        print(f"rdma_client as uid 65534 refused: {out.strip().splitlines()[-1]}")
+        root = start(["rdma_client", "-s", "127.0.0.1", "-p", port], env)
+        finish(root, "root rdma_client after the refused one", 20)
+        finish(server, "rdma_server", 10)
+        print("root rdma_client then completed: the server was unaffected")
+    finally:
+        stop(server)
 
 
 def run_opted_in(build, lib):
