@@ -79,7 +79,8 @@ pub fn pod_copy<T>(v: &T) -> T {
 
 /// Live objects of one kind, keyed by the address of the C struct handed out.
 pub struct Registry<T> {
-    map: RwLock<HashMap<usize, Arc<T>>>,
+    /// Address -> (process generation that created it, object); see `fork`.
+    map: RwLock<HashMap<usize, (u64, Arc<T>)>>,
 }
 
 impl<T> Default for Registry<T> {
@@ -88,9 +89,21 @@ impl<T> Default for Registry<T> {
     }
 }
 
+/// Objects inherited across fork() belong to the parent: in a child they count as foreign.
+fn current() -> u64 {
+    crate::provider::soft::fork::generation()
+}
+
+use crate::provider::soft::fork::shared;
+
 impl<T> Registry<T> {
     pub fn insert(&self, addr: usize, obj: Arc<T>) {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).insert(addr, obj);
+        crate::provider::soft::fork::install();
+        let _f = shared();
+        let old =
+            self.map.write().unwrap_or_else(|e| e.into_inner()).insert(addr, (current(), obj));
+        drop(_f);
+        drop(old); // outside the locks: a destructor may use other registries
     }
 
     /// The live object behind `p`, or `EINVAL` for NULL, foreign or destroyed pointers.
@@ -98,23 +111,31 @@ impl<T> Registry<T> {
         if p.is_null() {
             return Err(Errno::EINVAL);
         }
-        self.map
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(p as usize))
-            .cloned()
-            .ok_or(Errno::EINVAL)
+        let _f = shared();
+        // A `let`, so the map's guard is released before `_f` (a tail expression's would not be).
+        let r = match self.map.read().unwrap_or_else(|e| e.into_inner()).get(&(p as usize)) {
+            Some((g, o)) if *g == current() => Ok(o.clone()),
+            _ => Err(Errno::EINVAL),
+        };
+        r
     }
 
     pub fn remove<P>(&self, p: *const P) -> Option<Arc<T>> {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(&(p as usize))
+        let _f = shared();
+        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        match m.get(&(p as usize)) {
+            Some((g, _)) if *g == current() => m.remove(&(p as usize)).map(|(_, o)| o),
+            _ => None,
+        }
     }
 
     pub fn contains<P>(&self, p: *const P) -> bool {
-        self.map.read().unwrap_or_else(|e| e.into_inner()).contains_key(&(p as usize))
+        self.get(p).is_ok()
     }
 
     pub fn values(&self) -> Vec<Arc<T>> {
-        self.map.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        let _f = shared();
+        let m = self.map.read().unwrap_or_else(|e| e.into_inner());
+        m.values().filter(|(g, _)| *g == current()).map(|(_, o)| o.clone()).collect()
     }
 }

@@ -4,6 +4,7 @@ use super::channel::{Event, EventChannel, CHANNELS, EVENT_PRIVATE};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::handle::{pod_copy, CBox, CData, Registry};
+use crate::provider::soft::accept::Acceptor;
 use crate::provider::soft::engine::engine;
 use crate::provider::soft::unix::{self, Pod};
 use crate::sys::*;
@@ -59,6 +60,8 @@ pub(super) struct IdState {
     bound: Option<Arc<OwnedFd>>,
     /// The CM connection of a connecting or connected id.
     pub(super) conn: Option<Arc<OwnedFd>>,
+    /// A listening id's acceptor (it stops accepting when dropped).
+    acceptor: Option<Acceptor>,
     /// Events handed to the application (or queued) and not yet acknowledged.
     outstanding: u32,
     disconnect_reported: bool,
@@ -107,20 +110,31 @@ struct CmDevice {
     pd: usize,
 }
 
-static CM_DEVICE: Lazy<Result<CmDevice>> = Lazy::new(|| {
+/// Opened on first use, and again in a forked child (the parent's context is not the child's).
+static CM_DEVICE: Mutex<Option<(u64, CmDevice)>> = Mutex::new(None);
+
+fn cm_device() -> Result<(usize, usize)> {
+    let generation = crate::provider::soft::fork::generation();
+    let mut d = lock(&CM_DEVICE);
+    if let Some((g, dev)) = d.as_ref() {
+        if *g == generation {
+            return Ok((dev.ctx, dev.pd));
+        }
+    }
     let ctx = device::Context::open(device::device_ptr(), crate::abi::verbs::context_ops())?;
     let c = objects().contexts.get(ctx)?;
     let pd = crate::verbs::pd::Pd::alloc(c)?;
-    Ok(CmDevice { ctx: ctx as usize, pd: pd as usize })
-});
+    *d = Some((generation, CmDevice { ctx: ctx as usize, pd: pd as usize }));
+    Ok((ctx as usize, pd as usize))
+}
 
 /// The context `rdma_get_devices` returns and ids are bound to.
 pub fn cm_context() -> Result<*mut ibv_context> {
-    CM_DEVICE.as_ref().map(|d| d.ctx as *mut ibv_context).map_err(|e| *e)
+    cm_device().map(|(ctx, _)| ctx as *mut ibv_context)
 }
 
 fn cm_pd() -> Result<*mut ibv_pd> {
-    CM_DEVICE.as_ref().map(|d| d.pd as *mut ibv_pd).map_err(|e| *e)
+    cm_device().map(|(_, pd)| pd as *mut ibv_pd)
 }
 
 // --- socket addresses ----------------------------------------------------------------------
@@ -295,6 +309,7 @@ impl CmId {
                 remote: None,
                 bound: None,
                 conn: None,
+                acceptor: None,
                 outstanding: 0,
                 disconnect_reported: false,
                 peer_qpn: 0,
@@ -669,35 +684,30 @@ impl CmId {
         let fd = st.bound.as_ref().ok_or(Errno::EINVAL)?;
         unix::listen_bound(fd, backlog.max(16))?;
         let fd = fd.clone();
-        st.state = State::Listen;
-        drop(st);
         let me = self.me.clone();
-        let lfd = fd.as_raw_fd();
-        // The handler owns a reference to the socket: its descriptor stays valid while it runs.
-        engine()?.watch(
-            lfd,
-            Arc::new(move |_| {
+        st.acceptor = Some(Acceptor::start(
+            fd,
+            Box::new(move |conn, first, _fds| {
                 if let Some(l) = me.upgrade() {
-                    l.accept_pending(fd.as_raw_fd());
+                    l.on_first_message(conn, first);
                 }
             }),
-        )
+        )?);
+        st.state = State::Listen;
+        Ok(())
     }
 
-    fn accept_pending(&self, lfd: i32) {
-        while let Ok(Some(conn)) = unix::accept(lfd) {
-            let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
-            let Ok(Some((n, _))) = unix::recv(conn.as_raw_fd(), &mut buf) else { continue };
-            let Some(m) = Msg::from_bytes(&buf[..n]) else { continue };
-            match m.kind {
-                proto::REQ => {
-                    let _ = self.on_request(conn, m);
-                }
-                proto::SIDR_REQ => {
-                    let _ = self.on_sidr_request(conn, m);
-                }
-                _ => {}
+    /// The first message on a connection to our listener: a request, or garbage (dropped).
+    fn on_first_message(&self, conn: OwnedFd, first: &[u8]) {
+        let Some(m) = proto::decode(first) else { return };
+        match m.kind {
+            proto::REQ => {
+                let _ = self.on_request(conn, m);
             }
+            proto::SIDR_REQ => {
+                let _ = self.on_sidr_request(conn, m);
+            }
+            _ => {}
         }
     }
 
@@ -785,7 +795,7 @@ impl CmId {
                 loop {
                     match unix::recv(fd, &mut buf) {
                         Ok(Some((n, _))) => {
-                            if let Some(m) = Msg::from_bytes(&buf[..n]) {
+                            if let Some(m) = proto::decode(&buf[..n]) {
                                 id.on_msg(m);
                             }
                         }
@@ -1081,7 +1091,12 @@ impl CmId {
         match self.dial(remote) {
             Ok(conn) => {
                 self.adopt_conn(conn)?;
-                self.send(m)
+                match self.send(m) {
+                    // The listener closed at once (it refused us): its hang-up reports
+                    // UNREACHABLE, like any connection that breaks while connecting.
+                    Err(e) if e.0 == libc::EPIPE || e == Errno::ECONNRESET => Ok(()),
+                    r => r,
+                }
             }
             Err(_) => {
                 lock(&self.st).state = State::Rejected;
@@ -1383,6 +1398,7 @@ impl CmId {
             st.destroyed = true;
             let dropped = ch.take_events_of(self).len();
             st.outstanding = st.outstanding.saturating_sub(dropped as u32);
+            st.acceptor = None;
             (st.bound.take(), st.conn.take())
         };
         if let Ok(e) = engine() {

@@ -87,3 +87,14 @@ impl Msg {
         &self.private[..(self.private_len as usize).min(MAX_PRIVATE)]
     }
 }
+
+/// Decodes a message from a peer: exactly one `Msg`, of a known kind, with a private data
+/// length that fits (every field is then safe to use as is).
+pub fn decode(b: &[u8]) -> Option<Msg> {
+    if b.len() != std::mem::size_of::<Msg>() {
+        return None;
+    }
+    let m = Msg::from_bytes(b)?;
+    let known = (REQ..=SIDR_REP).contains(&m.kind);
+    (known && m.private_len as usize <= MAX_PRIVATE).then_some(m)
+}

@@ -10,7 +10,9 @@ use super::rc::{InMsg, Inflight, RespJob, SendWqe};
 use super::srq::Srq;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
+use crate::provider::soft::accept::Acceptor;
 use crate::provider::soft::engine::{engine, Pollable};
+use crate::provider::soft::fork;
 use crate::provider::soft::link::{self, Hello, Link};
 use crate::sys::*;
 use once_cell::sync::Lazy;
@@ -102,7 +104,11 @@ pub struct Qp {
     pub sq_sig_all: bool,
     pub cap: ibv_qp_cap,
     /// The socket that owns our QPN: listening (RC) or receiving datagrams (UD).
-    listener: OwnedFd,
+    listener: Arc<OwnedFd>,
+    /// RC: accepts the peer's handshake connection (never blocking the progress thread).
+    _acceptor: Option<Acceptor>,
+    /// The process generation (`fork`) that created the QP: a forked child must not touch it.
+    pub generation: u64,
     /// The highest send queue position whose completion was polled.
     sq_retired: std::sync::atomic::AtomicU64,
     /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
@@ -213,7 +219,14 @@ impl Qp {
             c.max_recv_wr = c.max_recv_wr.max(1);
             c.max_recv_sge = c.max_recv_sge.max(1);
         }
-        let (qpn, listener) = link::allocate_qpn(attr.qp_type == ibv_qp_type::IBV_QPT_UD)?;
+        let ud = attr.qp_type == ibv_qp_type::IBV_QPT_UD;
+        let (qpn, listener) = link::allocate_qpn(ud)?;
+        let listener = Arc::new(listener);
+        let acceptor = if ud {
+            None
+        } else {
+            Some(Acceptor::start(listener.clone(), Box::new(on_handshake))?)
+        };
         let raw: CBox<ibv_qp_ex> = CBox::zeroed();
         // SAFETY: not yet published.
         let r = unsafe { &mut raw.get_mut().qp_base };
@@ -243,6 +256,8 @@ impl Qp {
             sq_sig_all: attr.sq_sig_all != 0,
             cap: attr.cap,
             listener,
+            _acceptor: acceptor,
+            generation: fork::generation(),
             block_self_mcast: std::sync::atomic::AtomicBool::new(false),
             sq_retired: std::sync::atomic::AtomicU64::new(0),
             st: Mutex::new(QpState {
@@ -265,22 +280,22 @@ impl Qp {
         });
         let w = Arc::downgrade(&qp);
         let eng = engine()?;
-        let lw = w.clone();
-        // The handler reaches the socket through the QP, so a destroyed QP's descriptor number
-        // (possibly reused) is never touched.
-        eng.watch(
-            qp.listener.as_raw_fd(),
-            Arc::new(move |_| {
-                if let Some(q) = lw.upgrade() {
-                    if q.qp_type == ibv_qp_type::IBV_QPT_UD {
+        if ud {
+            let lw = w.clone();
+            // The handler reaches the socket through the QP, so a destroyed QP's descriptor
+            // number (possibly reused) is never touched.
+            eng.watch(
+                qp.listener.as_raw_fd(),
+                Arc::new(move |_| {
+                    if let Some(q) = lw.upgrade() {
                         q.receive_datagrams();
-                    } else {
-                        on_listener_readable(q.listener.as_raw_fd());
                     }
-                }
-            }),
-        )?;
+                }),
+            )?;
+        }
+        let f = fork::shared();
         BY_QPN.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, w.clone());
+        drop(f);
         send_cq.attach(w.clone());
         recv_cq.attach(w.clone());
         let pw: Weak<dyn Pollable> = w;
@@ -294,7 +309,9 @@ impl Qp {
         if let Ok(e) = engine() {
             e.unwatch(qp.listener.as_raw_fd());
         }
+        let f = fork::shared();
         BY_QPN.write().unwrap_or_else(|e| e.into_inner()).remove(&qp.qpn);
+        drop(f);
         let mut st = lock(&qp.st);
         st.link = None;
         st.pending_hello = None;
@@ -685,17 +702,18 @@ impl Pollable for Qp {
     }
 }
 
-fn on_listener_readable(lfd: i32) {
-    while let Ok(Some(conn)) = crate::provider::soft::unix::accept(lfd) {
-        let Ok((h, fds)) = link::read_hello(&conn) else { continue };
-        let qp = BY_QPN
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&h.to_qpn)
-            .and_then(|w| w.upgrade());
-        if let Some(qp) = qp {
-            qp.on_hello(conn, h, fds);
-        }
+/// The first message on a connection to a QP's socket: a peer's handshake, or garbage (the
+/// connection is then dropped).
+fn on_handshake(conn: OwnedFd, first: &[u8], fds: Vec<OwnedFd>) {
+    let Ok(h) = link::parse_hello(first) else { return };
+    let f = fork::shared();
+    let table = BY_QPN.read().unwrap_or_else(|e| e.into_inner());
+    let qp = table.get(&h.to_qpn).and_then(|w| w.upgrade());
+    drop(table);
+    drop(f);
+    // A QP inherited from a parent process is the parent's: a child never adopts for it.
+    if let Some(qp) = qp.filter(|q| q.generation == fork::generation()) {
+        qp.on_hello(conn, h, fds);
     }
 }
 

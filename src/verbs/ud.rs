@@ -9,6 +9,7 @@ use super::mr;
 use super::qp::{Qp, QpState};
 use super::rc::{copy_in, Payload, SendWqe};
 use crate::errno::{Errno, Result};
+use crate::provider::soft::access;
 use crate::provider::soft::datagram::{
     self, UdHdr, HDR_LEN, MCAST_QPN, UD_IMM, UD_MTU, UD_SOLICITED,
 };
@@ -128,7 +129,8 @@ impl Qp {
         let mut buf = vec![0u8; HDR_LEN + UD_MTU];
         loop {
             let n = match unix::recv_dgram(self.socket().as_raw_fd(), &mut buf) {
-                Ok(Some(n)) => n,
+                Ok(Some((n, Some(uid)))) if access::allowed(uid) => n,
+                Ok(Some(_)) => continue, // from a user we do not accept: dropped
                 _ => return,
             };
             let Some(h) = UdHdr::from_bytes(&buf[..n.min(buf.len())]) else { continue };

@@ -9,11 +9,12 @@
 use super::ring::BellWord;
 use super::shm::Shm;
 use crate::errno::{check, Result};
-use once_cell::sync::Lazy;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// Something the engine drives; `progress` returns whether it did any work.
 pub trait Pollable: Send + Sync {
@@ -81,20 +82,70 @@ impl Bell {
     }
 }
 
+/// A callback the progress thread runs once its time has come.
+pub type Timer = Box<dyn FnOnce() + Send>;
+
 pub struct Engine {
     /// The earliest time some QP needs its timers looked at (RNR and transport retries).
     deadline: Mutex<Option<std::time::Instant>>,
+    timers: Mutex<Vec<(Instant, Timer)>>,
     epfd: OwnedFd,
     bell: Bell,
     handlers: Mutex<HashMap<RawFd, Handler>>,
     pollables: Mutex<Vec<Weak<dyn Pollable>>>,
 }
 
-static ENGINE: Lazy<Result<Arc<Engine>>> = Lazy::new(Engine::start);
+/// The engine of one process generation (see `fork`): a forked child gets its own.
+struct Slot {
+    generation: u64,
+    engine: Arc<Engine>,
+}
 
-/// This process's engine, started on first use.
+static ENGINE: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
+/// Held while an engine starts; a fork child clears it (the parent's holder is not there).
+pub(super) static START_LOCK: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static ON_PROGRESS_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `true` on the progress thread, which must never wait for a peer.
+pub fn on_progress_thread() -> bool {
+    ON_PROGRESS_THREAD.with(|c| c.get())
+}
+
+fn current() -> Option<&'static Arc<Engine>> {
+    let p = ENGINE.load(Ordering::Acquire);
+    // SAFETY: slots are leaked boxes, never freed, so a non-null pointer stays valid.
+    let slot = unsafe { p.as_ref() }?;
+    (slot.generation == super::fork::generation()).then_some(&slot.engine)
+}
+
+/// This process's engine, started on first use (and again in a forked child). A failure to
+/// start (descriptors or memory exhausted) is returned, not remembered: a later call retries.
 pub fn engine() -> Result<&'static Arc<Engine>> {
-    ENGINE.as_ref().map_err(|e| *e)
+    if let Some(e) = current() {
+        return Ok(e);
+    }
+    while START_LOCK.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        std::thread::yield_now();
+    }
+    let r = match current() {
+        Some(e) => Ok(e),
+        None => {
+            super::fork::install();
+            let generation = super::fork::generation();
+            Engine::start().map(|engine| {
+                // The previous generation's slot is leaked on purpose: its locks may be held
+                // by threads that do not exist in this process.
+                let slot: &'static Slot = Box::leak(Box::new(Slot { generation, engine }));
+                ENGINE.store((slot as *const Slot).cast_mut(), Ordering::Release);
+                &slot.engine
+            })
+        }
+    };
+    START_LOCK.store(false, Ordering::Release);
+    r
 }
 
 impl Engine {
@@ -111,6 +162,7 @@ impl Engine {
         })?;
         let e = Arc::new(Engine {
             deadline: Mutex::new(None),
+            timers: Mutex::new(Vec::new()),
             epfd,
             bell,
             handlers: Mutex::new(HashMap::new()),
@@ -167,6 +219,32 @@ impl Engine {
         }
     }
 
+    /// Runs `f` on the progress thread once `after` has passed.
+    pub fn after(&self, after: Duration, f: Timer) {
+        let at = Instant::now() + after;
+        self.timers.lock().unwrap_or_else(|e| e.into_inner()).push((at, f));
+        self.wake_at(at);
+    }
+
+    fn fire_timers(&self) {
+        let now = Instant::now();
+        let (due, next) = {
+            let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
+            if t.is_empty() {
+                return;
+            }
+            let (due, rest): (Vec<_>, Vec<_>) = t.drain(..).partition(|(at, _)| *at <= now);
+            *t = rest;
+            (due, t.iter().map(|(at, _)| *at).min())
+        };
+        for (_, f) in due {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        }
+        if let Some(at) = next {
+            self.wake_at(at);
+        }
+    }
+
     /// Milliseconds until the timer deadline (rounded up), if one is set.
     fn timer_ms(&self) -> Option<i32> {
         let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
@@ -198,6 +276,7 @@ impl Engine {
     }
 
     fn run(&self) {
+        ON_PROGRESS_THREAD.with(|c| c.set(true));
         let mut last_epoch = u64::MAX;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
@@ -229,6 +308,7 @@ impl Engine {
                 libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 64, timeout)
             };
             self.bell.word().waiting.store(0, Ordering::SeqCst);
+            self.fire_timers();
             for ev in events.iter().take(n.max(0) as usize) {
                 let token = ev.u64;
                 if token == BELL_TOKEN {

@@ -6,6 +6,7 @@
 //! each side that the other QP is gone.
 
 use super::engine::{engine, Bell};
+use super::fork;
 use super::ring::{Ring, LINK_SIZE};
 use super::shm::Shm;
 use super::unix::{self, Pod};
@@ -56,15 +57,14 @@ pub fn allocate_qpn(datagram: bool) -> Result<(u32, OwnedFd)> {
     Err(Errno::ENOSPC)
 }
 
-/// Reads the `Hello` a connecting peer sends first.
-pub fn read_hello(conn: &OwnedFd) -> Result<(Hello, Vec<OwnedFd>)> {
-    let mut buf = [0u8; 64];
-    match unix::recv(conn.as_raw_fd(), &mut buf)? {
-        Some((n, fds)) => match Hello::from_bytes(&buf[..n]) {
-            Some(h) if h.magic == MAGIC => Ok((h, fds)),
-            _ => Err(Errno::EINVAL),
-        },
-        None => Err(Errno::ECONNRESET),
+/// Decodes the `Hello` a connecting peer sends first (exactly one, nothing more or less).
+pub fn parse_hello(first: &[u8]) -> Result<Hello> {
+    if first.len() != std::mem::size_of::<Hello>() {
+        return Err(Errno::EINVAL);
+    }
+    match Hello::from_bytes(first) {
+        Some(h) if h.magic == MAGIC && h.kind == HELLO => Ok(h),
+        _ => Err(Errno::EINVAL),
     }
 }
 
@@ -77,6 +77,9 @@ pub struct Link {
     pub inn: Ring,
     peer_bell: Mutex<Option<Bell>>,
     sock: OwnedFd,
+    /// The process generation that made the link: in a forked child the rings still belong to
+    /// the parent's connection, so the child's copy must leave them alone.
+    generation: u64,
 }
 
 impl Link {
@@ -90,7 +93,14 @@ impl Link {
         shm.close_fd(); // the peer has its own descriptor now
                         // SAFETY: the segment is LINK_SIZE bytes and lives in self.shm as long as the rings.
         let (out, inn) = unsafe { (Ring::new(shm.ptr(), 0), Ring::new(shm.ptr(), 1)) };
-        Ok(Link { shm, out, inn, peer_bell: Mutex::new(None), sock })
+        Ok(Link {
+            shm,
+            out,
+            inn,
+            peer_bell: Mutex::new(None),
+            sock,
+            generation: fork::generation(),
+        })
     }
 
     /// Passive side: adopts the segment and doorbell from a `Hello` and answers with ours.
@@ -114,17 +124,32 @@ impl Link {
         unix::send(sock.as_raw_fd(), a.as_bytes(), &bell)?;
         // SAFETY: the segment is LINK_SIZE bytes (checked by map) and lives in self.shm.
         let (out, inn) = unsafe { (Ring::new(shm.ptr(), 1), Ring::new(shm.ptr(), 0)) };
-        Ok(Link { shm, out, inn, peer_bell: Mutex::new(Some(peer)), sock })
+        Ok(Link {
+            shm,
+            out,
+            inn,
+            peer_bell: Mutex::new(Some(peer)),
+            sock,
+            generation: fork::generation(),
+        })
     }
 
     /// Active side: reads the peer's `Ack`. `Ok(false)` means the peer hung up.
     pub fn on_readable(&self) -> Result<bool> {
         let mut buf = [0u8; 64];
-        match unix::recv(self.sock.as_raw_fd(), &mut buf)? {
+        let r = match unix::recv(self.sock.as_raw_fd(), &mut buf) {
+            Err(e) if e == Errno::EAGAIN => return Ok(true), // nothing yet (non-blocking)
+            r => r?,
+        };
+        match r {
             None => Ok(false),
             Some((n, mut fds)) => {
                 let h = Hello::from_bytes(&buf[..n]).ok_or(Errno::EINVAL)?;
-                if h.magic != MAGIC || h.kind != ACK || fds.len() != 2 {
+                if n != std::mem::size_of::<Hello>()
+                    || h.magic != MAGIC
+                    || h.kind != ACK
+                    || fds.len() != 2
+                {
                     return Err(Errno::EINVAL);
                 }
                 let efd = fds.pop().ok_or(Errno::EINVAL)?;
@@ -159,6 +184,9 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
+        if self.generation != fork::generation() {
+            return;
+        }
         self.out.close();
         self.notify_peer();
         if let Ok(e) = engine() {

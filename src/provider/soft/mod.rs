@@ -12,8 +12,11 @@
 //!   in a per-process progress thread ([`engine`]) that sleeps in `epoll_wait` and is woken through
 //!   an eventfd only when it has said, in shared memory, that it is asleep.
 
+pub mod accept;
+pub mod access;
 pub mod datagram;
 pub mod engine;
+pub mod fork;
 pub mod link;
 pub mod ring;
 pub mod segcheck;

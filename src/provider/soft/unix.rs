@@ -21,10 +21,15 @@ fn sockaddr(name: &str) -> Result<(libc::sockaddr_un, libc::socklen_t)> {
     Ok((a, len as libc::socklen_t))
 }
 
+/// Every socket is non-blocking: a peer that stops reading or writing must never block us.
 fn socket() -> Result<OwnedFd> {
     // SAFETY: plain socket(2) call.
     let fd = check(unsafe {
-        libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0)
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
     })?;
     // SAFETY: fd was just created and is owned here.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -62,22 +67,64 @@ pub fn connect(name: &str) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Connects an existing (possibly bound) socket.
+/// Connects an existing (possibly bound) socket, and only to a listener whose owner this
+/// process accepts (`access`): `ECONNREFUSED` otherwise. A listener whose queue is full
+/// (`EAGAIN` on a non-blocking unix socket) is retried for up to a second on an application
+/// thread; the progress thread never waits for a peer.
 pub fn connect_fd(fd: &OwnedFd, name: &str) -> Result<()> {
     let (a, len) = sockaddr(name)?;
-    // SAFETY: a is a valid sockaddr_un of length len.
-    let r = unsafe { libc::connect(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
-    match check(r) {
-        Err(e) if e == Errno::ENOENT => Err(Errno::ECONNREFUSED),
-        r => r.map(|_| ()),
+    let mut tries = if super::engine::on_progress_thread() { 0 } else { 100 };
+    loop {
+        // SAFETY: a is a valid sockaddr_un of length len.
+        let r =
+            unsafe { libc::connect(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
+        match check(r) {
+            Err(e) if e == Errno::ENOENT => return Err(Errno::ECONNREFUSED),
+            Err(e) if e.0 == libc::EINTR => continue,
+            Err(e) if e == Errno::EAGAIN && tries > 0 => {
+                tries -= 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) if e == Errno::EAGAIN => return Err(Errno::ECONNREFUSED),
+            Err(e) => return Err(e),
+            Ok(_) => break,
+        }
+    }
+    match peer_uid(fd.as_raw_fd()) {
+        Ok(uid) if super::access::allowed(uid) => Ok(()),
+        _ => Err(Errno::ECONNREFUSED),
     }
 }
 
-/// Accepts one pending connection, `None` if there is none.
+/// The user id of the process at the other end of a connected unix socket (`SO_PEERCRED`:
+/// taken by the kernel when the peer connected or listened, so the peer cannot forge it).
+pub fn peer_uid(fd: RawFd) -> Result<u32> {
+    // SAFETY: all-zero is a valid ucred.
+    let mut c: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: c is a valid out-buffer of len bytes.
+    check(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut c as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(c.uid)
+}
+
+/// Accepts one pending connection, non-blocking, `None` if there is none.
 pub fn accept(listener: RawFd) -> Result<Option<OwnedFd>> {
     // SAFETY: accept4 with NULL address pointers is valid.
     let r = unsafe {
-        libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC)
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        )
     };
     match check(r) {
         // SAFETY: r is a new descriptor owned here.
@@ -97,7 +144,10 @@ pub fn set_nonblocking(fd: RawFd) -> Result<()> {
 
 const MAX_FDS: usize = 4;
 
-/// Sends one message with up to four descriptors attached.
+/// Sends one message with up to four descriptors attached, without waiting: `EAGAIN` means the
+/// peer has let hundreds of our messages pile up unread (the protocols send a handful); the
+/// message is then not sent, which only harms that peer's own connection, instead of our
+/// waiting for a peer that may never read.
 pub fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
     assert!(fds.len() <= MAX_FDS);
     let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
@@ -125,19 +175,9 @@ pub fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
         let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
         match check_size(r) {
             Err(e) if e.0 == libc::EINTR => continue,
-            Err(e) if e == Errno::EAGAIN => {
-                wait_fd(fd, libc::POLLOUT);
-                continue;
-            }
             r => return r.map(|_| ()),
         }
     }
-}
-
-fn wait_fd(fd: RawFd, events: i16) {
-    let mut p = libc::pollfd { fd, events, revents: 0 };
-    // SAFETY: p is a valid pollfd array of one.
-    unsafe { libc::poll(&mut p, 1, 100) };
 }
 
 /// Receives one message and the descriptors attached. `Ok(None)` means the peer closed, and
@@ -203,7 +243,8 @@ pub unsafe trait Pod: Copy {
     }
 }
 
-/// Binds a non-blocking datagram socket to an abstract name; `EADDRINUSE` if taken.
+/// Binds a non-blocking datagram socket to an abstract name; `EADDRINUSE` if taken. The
+/// socket asks for the sender's credentials with every datagram (`SO_PASSCRED`).
 pub fn bind_dgram(name: &str) -> Result<OwnedFd> {
     // SAFETY: plain socket(2) call.
     let fd = check(unsafe {
@@ -211,6 +252,17 @@ pub fn bind_dgram(name: &str) -> Result<OwnedFd> {
     })?;
     // SAFETY: fd was just created and is owned here.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: setting an int option from a valid int.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
     let (a, len) = sockaddr(name)?;
     // SAFETY: a is a valid sockaddr_un of length len.
     check(unsafe { libc::bind(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
@@ -235,17 +287,50 @@ pub fn send_dgram(fd: RawFd, name: &str, parts: &[&[u8]]) -> Result<()> {
         .map(|_| ())
 }
 
-/// Receives one datagram without blocking; `Ok(None)` when none is pending.
-pub fn recv_dgram(fd: RawFd, buf: &mut [u8]) -> Result<Option<usize>> {
-    // SAFETY: buf is valid for writes of its length.
+/// Receives one datagram without blocking; `Ok(None)` when none is pending. Also returns the
+/// sender's user id as the kernel recorded it (`None` if the credentials are missing).
+pub fn recv_dgram(fd: RawFd, buf: &mut [u8]) -> Result<Option<(usize, Option<u32>)>> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    // SAFETY: msg describes valid buffers for the duration of the call.
     let r = unsafe {
-        libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_TRUNC)
+        libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC | libc::MSG_CMSG_CLOEXEC)
     };
-    match check_size(r) {
-        Ok(n) => Ok(Some(n)),
-        Err(e) if e == Errno::EAGAIN => Ok(None),
-        Err(e) => Err(e),
+    let n = match check_size(r) {
+        Ok(n) => n,
+        Err(e) if e == Errno::EAGAIN => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut uid = None;
+    // SAFETY: the kernel filled msg_control; the CMSG macros walk it within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SCM_CREDENTIALS
+                && (*c).cmsg_len as usize
+                    >= libc::CMSG_LEN(std::mem::size_of::<libc::ucred>() as u32) as usize
+            {
+                let cred: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                uid = Some(cred.uid);
+            } else if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                // Descriptors nobody asked for: close them.
+                let data_len = (*c).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let p: *const RawFd = libc::CMSG_DATA(c).cast();
+                for i in 0..data_len / std::mem::size_of::<RawFd>() {
+                    drop(OwnedFd::from_raw_fd(p.add(i).read_unaligned()));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
     }
+    Ok(Some((n, uid)))
 }
 
 /// The abstract names of the unix sockets bound on this host (network namespace) that start
@@ -258,4 +343,32 @@ pub fn bound_names(prefix: &str) -> Vec<String> {
         .filter(|n| n.starts_with(&want))
         .map(|n| n[1..].to_string())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that never reads must not make us wait: once its queue is full, `send` says
+    /// `EAGAIN` (the caller then drops the connection) instead of waiting for room.
+    #[test]
+    fn send_never_waits_for_a_reader() {
+        let mut sv = [0; 2];
+        // SAFETY: sv is a valid array of two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: both descriptors were just created and are owned here.
+        let (a, _b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        let msg = [0u8; 288];
+        let sent = (0..100_000).take_while(|_| send(a.as_raw_fd(), &msg, &[]).is_ok()).count();
+        assert!(sent < 100_000, "the queue of a peer that never reads never filled");
+        assert_eq!(send(a.as_raw_fd(), &msg, &[]), Err(Errno::EAGAIN));
+    }
 }
