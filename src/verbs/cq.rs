@@ -1,5 +1,13 @@
 //! Completion queues and completion channels.
 //!
+//! **Lock order** (outer first; never take an earlier lock while holding a later one):
+//! QP state (`Qp::st`) -> CQ state (`Cq::st`) -> an `FdQueue`'s items (completion channel,
+//! async events). An SRQ's two locks are taken one at a time under a QP state lock and released
+//! before anything else is taken. `Cq::qps` (the QPs feeding a CQ) is a leaf: it is held
+//! only to copy the list or to find a QP, never while another of these locks is taken. So
+//! `poll` retires send queue entries after dropping the CQ state lock, and `progress_qps` runs
+//! the QPs from a snapshot of the list. No function here waits on a lock while calling out.
+//!
 //! A completion channel's fd is a real eventfd in semaphore mode: one count per pending CQ
 //! event, so `poll()`, `epoll` and `O_NONBLOCK` (`EAGAIN`) behave as with the kernel.
 
@@ -297,30 +305,45 @@ impl Cq {
     pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
         POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
         self.progress_qps();
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        // Send queue positions to retire, newest per QP, applied once the state lock is dropped
+        // (lock order, see the module comment). A batch stops early rather than allocate when it
+        // spans more QPs than this holds: returning fewer completions is always allowed.
+        const MAX_QPS: usize = 8;
+        let mut retire = [(0u32, 0u64); MAX_QPS];
+        let mut nr = 0;
         let mut n = 0;
-        while n < out.len() {
-            match st.wcs.pop_front() {
-                Some((wc, _)) => {
-                    wc.write_to(&mut out[n]);
-                    self.retire(&wc);
-                    n += 1;
+        {
+            let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            while n < out.len() {
+                let Some(&(wc, _)) = st.wcs.front() else { break };
+                if wc.sq_seq != 0 {
+                    match retire[..nr].iter_mut().find(|(q, _)| *q == wc.qp_num) {
+                        Some(r) => r.1 = r.1.max(wc.sq_seq),
+                        None if nr < MAX_QPS => {
+                            retire[nr] = (wc.qp_num, wc.sq_seq);
+                            nr += 1;
+                        }
+                        None => break,
+                    }
                 }
-                None => break,
+                st.wcs.pop_front();
+                wc.write_to(&mut out[n]);
+                n += 1;
             }
+        }
+        for &(qpn, seq) in &retire[..nr] {
+            self.retire(qpn, seq);
         }
         n
     }
 
     /// A polled send completion frees its send queue entries (and those of the unsignaled
-    /// requests before it), as a hardware provider's send queue tail moves on poll.
-    fn retire(&self, wc: &Wc) {
-        if wc.sq_seq == 0 {
-            return;
-        }
+    /// requests before it), as a hardware provider's send queue tail moves on poll. Called
+    /// without the state lock.
+    fn retire(&self, qpn: u32, sq_seq: u64) {
         let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(q) = qps.iter().filter_map(|w| w.upgrade()).find(|q| q.qpn == wc.qp_num) {
-            q.retire(wc.sq_seq);
+        if let Some(q) = qps.iter().filter_map(|w| w.upgrade()).find(|q| q.qpn == qpn) {
+            q.retire(sq_seq);
         }
     }
 
@@ -333,15 +356,21 @@ impl Cq {
         }
         let got = self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front();
         if let Some((wc, _)) = &got {
-            self.retire(wc);
+            if wc.sq_seq != 0 {
+                self.retire(wc.qp_num, wc.sq_seq);
+            }
         }
         got
     }
 
+    /// Runs the QPs feeding this CQ. The list lock is a leaf: a snapshot is taken and the lock
+    /// dropped before any QP lock is taken.
     fn progress_qps(&self) {
-        // Progress never takes this list's lock, so holding it here cannot deadlock.
-        let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-        for q in qps.iter().filter_map(|w| w.upgrade()) {
+        let qps: Vec<Arc<Qp>> = {
+            let l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+            l.iter().filter_map(|w| w.upgrade()).collect()
+        };
+        for q in qps {
             q.progress_now();
         }
     }
