@@ -329,6 +329,8 @@ impl CmId {
 
     /// `rdma_migrate_id`: moves the id and its queued events to `to` (a new private channel
     /// when `None`, making the id sync), once the events it already handed out are acknowledged.
+    /// A sync id's own `id->event` is acknowledged first, as librdmacm does: the application
+    /// never sees that event as its own to ack, so waiting for it would wait forever.
     pub fn migrate(&self, to: Option<Arc<EventChannel>>) -> Result<()> {
         if to.is_none() && self.is_sync() {
             return Err(Errno::EINVAL);
@@ -339,6 +341,10 @@ impl CmId {
             None => EventChannel::new()?,
         };
         let me = self.arc();
+        if self.is_sync() {
+            // Before taking the state lock: acking takes it (`event_acked`).
+            self.ack_held_event();
+        }
         let mut st = lock(&self.st);
         while super::channel::has_unacked(self) {
             st = self.acked.wait(st).unwrap_or_else(|e| e.into_inner());
