@@ -21,7 +21,7 @@ use crate::handle::CBox;
 use crate::provider::soft::engine::{ARMED_CQS, POLL_EPOCH};
 use crate::sys::*;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
 /// A work completion as the provider produces it.
@@ -69,9 +69,8 @@ pub struct CompChannel {
 impl CompChannel {
     pub fn create(ctx: Arc<Context>) -> Result<*mut ibv_comp_channel> {
         let queue = FdQueue::new()?;
-        let raw: CBox<ibv_comp_channel> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw: CBox<ibv_comp_channel> = CBox::zeroed();
+        let r = raw.init();
         r.context = ctx.ptr();
         r.fd = queue.fd();
         r.refcnt = 0;
@@ -109,6 +108,13 @@ impl CompChannel {
                 return Ok(cq);
             }
         }
+    }
+
+    /// `refcnt` of the C struct (the CQs using the channel), updated from any thread.
+    fn refcnt(&self) -> &AtomicI32 {
+        // SAFETY: the field is a live, aligned c_int for as long as self (the box lives with
+        // it); every Rust access to it goes through this atomic view, and C only reads it.
+        unsafe { AtomicI32::from_ptr(std::ptr::addr_of_mut!((*self.raw.as_ptr()).refcnt)) }
     }
 
     fn forget(&self, cq: usize) {
@@ -154,21 +160,11 @@ impl CqRaw {
         self.0.addr()
     }
 
-    /// The public `ibv_cq` fields.
-    pub fn get(&self) -> &ibv_cq {
-        // SAFETY: ibv_cq is a layout prefix of ibv_cq_ex (checked at compile time in cq_ex),
-        // the first member of the live allocation.
-        unsafe { &*self.as_ptr() }
-    }
-
-    /// Mutates the public `ibv_cq` fields.
-    ///
-    /// # Safety
-    /// As `CBox::get_mut`: the caller holds the CQ's lock or the struct is not yet published.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn get_mut(&self) -> &mut ibv_cq {
-        // SAFETY: as in get(); exclusive access per the function's contract.
-        unsafe { &mut *self.as_ptr() }
+    /// A copy of the public `ibv_cq` fields, read through the raw pointer.
+    pub fn read(&self) -> ibv_cq {
+        // SAFETY: ibv_cq is a layout prefix of ibv_cq_ex (checked at compile time in cq_ex), the
+        // first member of the live allocation; a bitwise copy of plain C data.
+        unsafe { std::ptr::read(self.as_ptr()) }
     }
 }
 
@@ -220,20 +216,20 @@ impl Cq {
         if cqe < 1 || cqe as u32 > super::device::MAX_CQE || !(0..1).contains(&comp_vector) {
             return Err(Errno::EINVAL);
         }
-        let raw = CqRaw::zeroed();
-        // SAFETY: not yet published.
-        init(unsafe { &mut (*raw.alloc_ptr()).ex });
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw = CqRaw::zeroed();
+        let handle = raw.addr() as u32;
+        // Not yet published: ordinary exclusive access. The `ibv_cq` fields are the leading
+        // fields of `ibv_cq_ex`, under the same names.
+        let r = &mut raw.0.init().ex;
+        init(r);
         r.context = ctx.ptr();
         r.channel = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.raw.as_ptr());
         r.cq_context = cq_context;
-        r.handle = raw.addr() as u32;
+        r.handle = handle;
         r.cqe = cqe;
         let p = raw.as_ptr();
         if let Some(c) = &channel {
-            // SAFETY: refcnt is informational; we update it under the registry's ordering.
-            unsafe { c.raw.get_mut().refcnt += 1 };
+            c.refcnt().fetch_add(1, Ordering::Relaxed);
         }
         let cq = Arc::new(Cq {
             raw,
@@ -262,8 +258,7 @@ impl Cq {
         objects().cqs.remove(p);
         if let Some(c) = &cq.channel {
             c.forget(p as usize);
-            // SAFETY: see create().
-            unsafe { c.raw.get_mut().refcnt -= 1 };
+            c.refcnt().fetch_sub(1, Ordering::Relaxed);
         }
         let mut st = cq.st.lock().unwrap_or_else(|e| e.into_inner());
         if st.armed != 0 {
@@ -373,6 +368,23 @@ impl Cq {
         for q in qps {
             q.progress_now();
         }
+    }
+
+    /// `ibv_resize_cq`: `EINVAL` out of range or below the number of completions the CQ holds
+    /// (the man page's rule). `cqe` is written under the state lock, the only Rust writer.
+    pub fn resize(&self, cqe: i32) -> Result<()> {
+        if cqe < 1 || cqe as u32 > super::device::MAX_CQE {
+            return Err(Errno::EINVAL);
+        }
+        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        if st.wcs.len() > cqe as usize {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: a raw write of one field of the live allocation (no reference to memory C
+        // reads), serialised with other Rust writers by the state lock held here.
+        unsafe { std::ptr::addr_of_mut!((*self.raw.as_ptr()).cqe).write(cqe) };
+        drop(st);
+        Ok(())
     }
 
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {

@@ -42,6 +42,10 @@ pub struct CqAlloc {
     pub cursor: Cursor,
 }
 
+// SAFETY: a repr(C) struct of an rdma-core C struct and atomics: all-zero is valid, no drop
+// glue, no ownership (the `CStruct` contract).
+unsafe impl crate::handle::CStruct for CqAlloc {}
+
 // `struct ibv_cq_ex` starts with the fields of `struct ibv_cq`: the same address serves both.
 const _: () = {
     assert!(offset_of!(ibv_cq, context) == offset_of!(ibv_cq_ex, context));
