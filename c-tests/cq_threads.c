@@ -1,6 +1,8 @@
 /* Verbs are thread-safe: several threads post to RC QPs that share one CQ, two threads poll that
  * CQ, and a third arms it (ibv_req_notify_cq) and takes its events (ibv_get_cq_event +
- * ibv_ack_cq_events) in a loop. Every message must complete exactly once on both sides.
+ * ibv_ack_cq_events) in a loop, while two more threads create and destroy CQs on the same
+ * completion channel (its refcnt moves from several threads). Every message must complete
+ * exactly once on both sides. Built with ThreadSanitizer too (c-tests/tsan.py).
  * A deadlock (issue 9 item 1) becomes a failure through alarm(60).
  * Prints "ok ..." lines; exits 1 with "FAIL" on the first failed check. */
 #include <arpa/inet.h>
@@ -142,6 +144,20 @@ static void *poller(void *arg)
 	return NULL;
 }
 
+#define CHURN 200
+
+/* CQs created and destroyed on the shared channel: its refcnt changes from two threads. */
+static void *churn(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < CHURN; i++) {
+		struct ibv_cq *c = ibv_create_cq(ctx, 1, NULL, ch, 0);
+		CHECK(c, "create_cq on the shared channel: %s", strerror(errno));
+		CHECK(ibv_destroy_cq(c) == 0, "destroy_cq");
+	}
+	return NULL;
+}
+
 static void *notifier(void *arg)
 {
 	(void)arg;
@@ -189,8 +205,10 @@ int main(void)
 		for (int i = 0; i < RECV_DEPTH; i++)
 			post_recv(rcv[p]);
 	}
-	pthread_t s[SENDERS], pl[2], nt;
+	pthread_t s[SENDERS], pl[2], nt, cc[2];
 	CHECK(pthread_create(&nt, NULL, notifier, NULL) == 0, "thread");
+	for (int i = 0; i < 2; i++)
+		CHECK(pthread_create(&cc[i], NULL, churn, NULL) == 0, "thread");
 	for (int i = 0; i < 2; i++)
 		CHECK(pthread_create(&pl[i], NULL, poller, NULL) == 0, "thread");
 	for (int t = 0; t < SENDERS; t++)
@@ -199,8 +217,11 @@ int main(void)
 		pthread_join(s[t], NULL);
 	for (int i = 0; i < 2; i++)
 		pthread_join(pl[i], NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(cc[i], NULL);
 	__atomic_store_n(&done, 1, __ATOMIC_SEQ_CST);
 	pthread_join(nt, NULL);
+	CHECK(ch->refcnt == 1, "channel refcnt %d with one CQ left on it", ch->refcnt);
 	for (int t = 0; t < SENDERS; t++)
 		for (int i = 0; i < MSGS; i++)
 			CHECK(sent[t][i] == 1 && got[t][i] == 1, "message %d/%d: sent %d, received %d", t, i,
