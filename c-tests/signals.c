@@ -22,12 +22,12 @@
 	fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } } while (0)
 
 static const char *step = "setup";
-static volatile int handled;
+static int handled; /* atomic: the handler runs on the blocked thread */
 
 static void on_usr1(int sig)
 {
 	(void)sig;
-	handled++;
+	__atomic_add_fetch(&handled, 1, __ATOMIC_SEQ_CST);
 }
 
 static void on_alarm(int sig)
@@ -99,10 +99,10 @@ static void start(struct call *c, pthread_t *th, int signals)
 		if (__atomic_load_n(&c->returned, __ATOMIC_SEQ_CST))
 			break;
 		if (asleep(c->tid)) {
-			int before = handled;
+			int before = __atomic_load_n(&handled, __ATOMIC_SEQ_CST);
 			pthread_kill(*th, SIGUSR1);
 			sent++;
-			while (handled == before)
+			while (__atomic_load_n(&handled, __ATOMIC_SEQ_CST) == before)
 				nap();
 		}
 		nap();
@@ -220,16 +220,16 @@ int main(void)
 	CHECK(rdma_create_id(cm_ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id");
 	struct call c = { .fn = get_cm_event };
 	pthread_t th;
-	int before = handled;
+	int before = __atomic_load_n(&handled, __ATOMIC_SEQ_CST);
 	start(&c, &th, 3);
-	CHECK(!c.returned, "returned %d (%s) on a signal with SA_RESTART", c.rc, strerror(c.err));
+	CHECK(!__atomic_load_n(&c.returned, __ATOMIC_SEQ_CST), "returned on a signal with SA_RESTART");
 	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve_addr");
 	pthread_join(th, NULL);
 	CHECK(c.rc == 0 && got_ev && got_ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
-	      "after %d handled signals: returned %d (%s)", handled - before, c.rc, strerror(c.err));
+	      "after %d handled signals: returned %d (%s)", __atomic_load_n(&handled, __ATOMIC_SEQ_CST) - before, c.rc, strerror(c.err));
 	printf("ok rdma_get_cm_event: %d signals with SA_RESTART handled while blocked, then the event\n",
-	       handled - before);
+	       __atomic_load_n(&handled, __ATOMIC_SEQ_CST) - before);
 	rdma_ack_cm_event(got_ev);
 	rdma_destroy_id(id);
 	return 0;
