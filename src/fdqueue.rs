@@ -7,50 +7,54 @@
 //! **Blocking and signals.** The kernel's originals block in `read()` on the event file: a
 //! signal whose handler lacks `SA_RESTART` ends the call with `EINTR`, one with `SA_RESTART`
 //! restarts it unseen. `poll()` cannot give both (it returns `EINTR` either way), so a waiter
-//! sleeps in a blocking `read()` of a private eventfd in semaphore mode (created on first use):
-//! each push while someone waits adds one token, which wakes one waiter, and the kernel applies
-//! `SA_RESTART` to that read exactly as to the original's. A woken waiter rechecks the queue, so
-//! a token left by an interrupted waiter, or an item taken by another thread first, only costs a
-//! second look. Removing items (a destroyed id's events) never leaves the public fd readable
-//! with nothing to fetch.
+//! sleeps in `FUTEX_WAIT` on a push counter, which the kernel interrupts or restarts by the same
+//! `SA_RESTART` rule (signal(7)), and costs no descriptor. A push while someone waits bumps the
+//! counter and wakes the waiters; each rechecks the queue, so an item taken by another thread
+//! first only costs a second look. Removing items (a destroyed id's events) never leaves the
+//! public fd readable with nothing to fetch.
 
 use crate::errno::{check, Errno, Result};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 pub struct FdQueue<T> {
     efd: OwnedFd,
     inner: Mutex<Inner<T>>,
-    /// Blocked waiters sleep in `read()` on this one (semaphore mode, one token per wake-up).
-    wake: OnceLock<OwnedFd>,
+    /// Bumped by a push while someone waits; blocked waiters sleep in `FUTEX_WAIT` on it.
+    pushes: AtomicU32,
 }
 
 struct Inner<T> {
     items: VecDeque<T>,
-    /// Threads in (or about to enter) the blocking read of `wake`.
+    /// Threads in (or about to enter) `FUTEX_WAIT` on `pushes`.
     waiters: usize,
 }
 
-fn eventfd(flags: libc::c_int) -> Result<OwnedFd> {
-    // SAFETY: plain eventfd(2) call.
-    let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) })?;
-    // SAFETY: fd was just created and is owned here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn add(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writing 8 bytes from a valid u64 to an eventfd of ours.
-    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+fn futex(word: &AtomicU32, op: libc::c_int, val: u32) -> libc::c_long {
+    // SAFETY: FUTEX_WAIT/FUTEX_WAKE on a live, aligned u32 of ours; no timeout, no second word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            std::ptr::null::<libc::timespec>(),
+        )
+    }
 }
 
 impl<T> FdQueue<T> {
     pub fn new() -> Result<FdQueue<T>> {
+        // SAFETY: plain eventfd(2) call.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
+        // SAFETY: fd was just created and is owned here.
+        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(FdQueue {
-            efd: eventfd(0)?,
+            efd,
             inner: Mutex::new(Inner { items: VecDeque::new(), waiters: 0 }),
-            wake: OnceLock::new(),
+            pushes: AtomicU32::new(0),
         })
     }
 
@@ -74,12 +78,13 @@ impl<T> FdQueue<T> {
         let mut g = self.inner();
         g.items.push_back(item);
         if g.items.len() == 1 {
-            add(self.efd.as_raw_fd());
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+            unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
         }
         if g.waiters > 0 {
-            if let Some(w) = self.wake.get() {
-                add(w.as_raw_fd());
-            }
+            self.pushes.fetch_add(1, Ordering::Release);
+            futex(&self.pushes, libc::FUTEX_WAKE, i32::MAX as u32);
         }
     }
 
@@ -88,7 +93,7 @@ impl<T> FdQueue<T> {
     /// item that arrives later stays queued).
     pub fn pop_wait(&self) -> Result<T> {
         loop {
-            let wake = {
+            let seen = {
                 let mut g = self.inner();
                 if let Some(item) = g.items.pop_front() {
                     if g.items.is_empty() {
@@ -101,24 +106,15 @@ impl<T> FdQueue<T> {
                 if fl & libc::O_NONBLOCK != 0 {
                     return Err(Errno::EAGAIN);
                 }
-                let wake = match self.wake.get() {
-                    Some(w) => w,
-                    None => {
-                        // Created under the lock, so set() cannot race another creator.
-                        let _ = self.wake.set(eventfd(libc::EFD_SEMAPHORE)?);
-                        self.wake.get().ok_or(Errno::EIO)?
-                    }
-                };
                 g.waiters += 1;
-                wake.as_raw_fd()
+                // Read under the lock: a later push changes it, so the wait below returns at once
+                // (EAGAIN) if the push comes before the thread sleeps.
+                self.pushes.load(Ordering::Acquire)
             };
-            let mut v: u64 = 0;
-            // SAFETY: reading 8 bytes into a valid u64 from our eventfd, which lives as long as
-            // self.
-            let r = unsafe { libc::read(wake, (&mut v as *mut u64).cast(), 8) };
+            let r = futex(&self.pushes, libc::FUTEX_WAIT, seen);
             let err = Errno::last();
             self.inner().waiters -= 1;
-            if r < 0 {
+            if r < 0 && err.0 != libc::EAGAIN {
                 return Err(err);
             }
         }
