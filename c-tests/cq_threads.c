@@ -1,5 +1,5 @@
-/* Verbs are thread-safe: several threads post to RC QPs that share one CQ, two threads poll that
- * CQ, and a third arms it (ibv_req_notify_cq) and takes its events (ibv_get_cq_event +
+/* Verbs are thread-safe: several threads post to RC QPs that share one CQ, three threads poll
+ * that CQ (ibv_poll_cq, and two with ibv_start_poll/ibv_next_poll/ibv_end_poll sessions), and a third arms it (ibv_req_notify_cq) and takes its events (ibv_get_cq_event +
  * ibv_ack_cq_events) in a loop, while two more threads create and destroy CQs on the same
  * completion channel (its refcnt moves from several threads). Every message must complete
  * exactly once on both sides. Built with ThreadSanitizer too (c-tests/tsan.py).
@@ -26,10 +26,12 @@
 #define SENDERS 4 /* two per sending QP: concurrent posting to one QP too */
 #define MSGS 3000 /* per sender */
 #define RECV_DEPTH 256
+#define POLLERS 3 /* one with ibv_poll_cq, two with poll sessions */
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static struct ibv_cq *cq;
+static struct ibv_cq_ex *cqx; /* the same CQ */
 static struct ibv_comp_channel *ch;
 static struct ibv_qp *snd[PAIRS], *rcv[PAIRS];
 
@@ -112,32 +114,55 @@ static void *sender(void *arg)
 	return NULL;
 }
 
+/* One polled completion: counted exactly once; a receive is reposted. */
+static void take(uint64_t wr_id, enum ibv_wc_status status, enum ibv_wc_opcode opcode, unsigned flags,
+		 uint32_t imm_be, uint32_t qp_num)
+{
+	CHECK(status == IBV_WC_SUCCESS, "completion status %s", ibv_wc_status_str(status));
+	if (opcode == IBV_WC_SEND) {
+		uint32_t t = wr_id >> 32, i = (uint32_t)wr_id;
+		CHECK(t < SENDERS && i < MSGS, "send wr_id %llx", (unsigned long long)wr_id);
+		CHECK(__atomic_add_fetch(&sent[t][i], 1, __ATOMIC_SEQ_CST) == 1, "send %u/%u completed twice", t,
+		      i);
+	} else {
+		CHECK(opcode == IBV_WC_RECV && (flags & IBV_WC_WITH_IMM), "opcode %d, flags %x", opcode, flags);
+		uint32_t v = ntohl(imm_be), t = v >> 24, i = v & 0xffffff;
+		CHECK(t < SENDERS && i < MSGS, "imm %x", v);
+		CHECK(__atomic_add_fetch(&got[t][i], 1, __ATOMIC_SEQ_CST) == 1, "message %u/%u received twice", t,
+		      i);
+		CHECK(qp_num == rcv[t / 2]->qp_num, "received on the wrong QP");
+		post_recv(rcv[t / 2]);
+	}
+}
+
+/* Poller 0 uses ibv_poll_cq; the others poll sessions (ibv_start_poll .. ibv_end_poll), which
+ * must not see each other's completions. */
 static void *poller(void *arg)
 {
-	(void)arg;
+	int kind = (int)(intptr_t)arg;
 	const long total = 2L * SENDERS * MSGS;
 	struct ibv_wc wc[8];
 	while (__atomic_load_n(&polled, __ATOMIC_SEQ_CST) < total) {
-		int n = ibv_poll_cq(cq, 8, wc);
-		CHECK(n >= 0, "poll_cq");
-		for (int k = 0; k < n; k++) {
-			CHECK(wc[k].status == IBV_WC_SUCCESS, "completion status %s",
-			      ibv_wc_status_str(wc[k].status));
-			if (wc[k].opcode == IBV_WC_SEND) {
-				uint32_t t = wc[k].wr_id >> 32, i = (uint32_t)wc[k].wr_id;
-				CHECK(t < SENDERS && i < MSGS, "send wr_id %llx", (unsigned long long)wc[k].wr_id);
-				CHECK(__atomic_add_fetch(&sent[t][i], 1, __ATOMIC_SEQ_CST) == 1,
-				      "send %u/%u completed twice", t, i);
-			} else {
-				CHECK(wc[k].opcode == IBV_WC_RECV && (wc[k].wc_flags & IBV_WC_WITH_IMM),
-				      "opcode %d", wc[k].opcode);
-				uint32_t v = ntohl(wc[k].imm_data), t = v >> 24, i = v & 0xffffff;
-				CHECK(t < SENDERS && i < MSGS, "imm %x", v);
-				CHECK(__atomic_add_fetch(&got[t][i], 1, __ATOMIC_SEQ_CST) == 1,
-				      "message %u/%u received twice", t, i);
-				CHECK(wc[k].qp_num == rcv[t / 2]->qp_num, "received on the wrong QP");
-				post_recv(rcv[t / 2]);
-			}
+		int n = 0;
+		if (kind == 0) {
+			n = ibv_poll_cq(cq, 8, wc);
+			CHECK(n >= 0, "poll_cq");
+			for (int k = 0; k < n; k++)
+				take(wc[k].wr_id, wc[k].status, wc[k].opcode, wc[k].wc_flags, wc[k].imm_data,
+				     wc[k].qp_num);
+		} else {
+			struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
+			int r = ibv_start_poll(cqx, &pa);
+			CHECK(r == 0 || r == ENOENT, "start_poll: %s", strerror(r));
+			if (r == ENOENT)
+				continue;
+			do {
+				take(cqx->wr_id, cqx->status, ibv_wc_read_opcode(cqx), ibv_wc_read_wc_flags(cqx),
+				     ibv_wc_read_imm_data(cqx), ibv_wc_read_qp_num(cqx));
+				n++;
+			} while (n < 8 && (r = ibv_next_poll(cqx)) == 0);
+			CHECK(r == 0 || r == ENOENT, "next_poll: %s", strerror(r));
+			ibv_end_poll(cqx);
 		}
 		__atomic_add_fetch(&polled, n, __ATOMIC_SEQ_CST);
 	}
@@ -195,8 +220,11 @@ int main(void)
 	ch = ibv_create_comp_channel(ctx);
 	CHECK(ch, "create_comp_channel");
 	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0, "O_NONBLOCK");
-	cq = ibv_create_cq(ctx, 4096, NULL, ch, 0);
-	CHECK(cq, "create_cq");
+	struct ibv_cq_init_attr_ex ca = { .cqe = 4096, .channel = ch,
+					  .wc_flags = IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM };
+	cqx = ibv_create_cq_ex(ctx, &ca);
+	CHECK(cqx, "create_cq_ex: %s", strerror(errno));
+	cq = ibv_cq_ex_to_cq(cqx);
 	for (int p = 0; p < PAIRS; p++) {
 		snd[p] = make_qp();
 		rcv[p] = make_qp();
@@ -205,17 +233,17 @@ int main(void)
 		for (int i = 0; i < RECV_DEPTH; i++)
 			post_recv(rcv[p]);
 	}
-	pthread_t s[SENDERS], pl[2], nt, cc[2];
+	pthread_t s[SENDERS], pl[POLLERS], nt, cc[2];
 	CHECK(pthread_create(&nt, NULL, notifier, NULL) == 0, "thread");
 	for (int i = 0; i < 2; i++)
 		CHECK(pthread_create(&cc[i], NULL, churn, NULL) == 0, "thread");
-	for (int i = 0; i < 2; i++)
-		CHECK(pthread_create(&pl[i], NULL, poller, NULL) == 0, "thread");
+	for (int i = 0; i < POLLERS; i++)
+		CHECK(pthread_create(&pl[i], NULL, poller, (void *)(intptr_t)i) == 0, "thread");
 	for (int t = 0; t < SENDERS; t++)
 		CHECK(pthread_create(&s[t], NULL, sender, (void *)(intptr_t)t) == 0, "thread");
 	for (int t = 0; t < SENDERS; t++)
 		pthread_join(s[t], NULL);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < POLLERS; i++)
 		pthread_join(pl[i], NULL);
 	for (int i = 0; i < 2; i++)
 		pthread_join(cc[i], NULL);

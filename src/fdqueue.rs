@@ -32,7 +32,8 @@ struct Inner<T> {
     waiters: usize,
 }
 
-fn futex(word: &AtomicU32, op: libc::c_int, val: u32) -> libc::c_long {
+/// `FUTEX_WAIT` (sleeps while `word` holds `val`) or `FUTEX_WAKE` (wakes up to `val` sleepers).
+pub(crate) fn futex(word: &AtomicU32, op: libc::c_int, val: u32) -> libc::c_long {
     // SAFETY: FUTEX_WAIT/FUTEX_WAKE on a live, aligned u32 of ours; no timeout, no second word.
     unsafe {
         libc::syscall(

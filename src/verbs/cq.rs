@@ -7,6 +7,8 @@
 //! only to copy the list or to find a QP, never while another of these locks is taken. So
 //! `poll` retires send queue entries after dropping the CQ state lock, and `progress_qps` runs
 //! the QPs from a snapshot of the list. No function here waits on a lock while calling out.
+//! The extended-poll session lock (`cq_ex::SessionLock`) is outermost: it is held across the
+//! application's `ibv_start_poll` .. `ibv_end_poll`, and taken with no other lock held.
 //!
 //! A completion channel's fd is a real eventfd in semaphore mode: one count per pending CQ
 //! event, so `poll()`, `epoll` and `O_NONBLOCK` (`EAGAIN`) behave as with the kernel.
@@ -177,6 +179,8 @@ pub struct Cq {
     qps: Mutex<Vec<Weak<Qp>>>,
     /// Extended CQs created with a timestamp `wc_flag`: stamp each completion when produced.
     stamp: bool,
+    /// Held from `ibv_start_poll` to `ibv_end_poll` (see `cq_ex`).
+    pub(super) session: super::cq_ex::SessionLock,
 }
 
 impl Cq {
@@ -239,6 +243,7 @@ impl Cq {
             acked: Condvar::new(),
             qps: Mutex::new(Vec::new()),
             stamp,
+            session: Default::default(),
         });
         objects().cqs.insert(p as usize, cq);
         Ok(p)
