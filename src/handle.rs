@@ -6,24 +6,67 @@
 //! or already destroyed pointer is never dereferenced by us.
 
 use crate::errno::{Errno, Result};
+use crate::sys::*;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+/// rdma-core's public C structs that we allocate and hand out (and a few we keep copies of).
+///
+/// # Safety
+/// Implement only for `repr(C)` structs made of integers, raw pointers, `Option<fn>`, atomics,
+/// and arrays, unions and structs of those: all-zero is a valid value, there is no drop glue
+/// and no ownership, and their pointers are data to us (dereferenced only after a registry
+/// lookup). Sharing such a struct between threads is then a matter of how its fields are read
+/// and written, which `CBox` restricts to raw-pointer accesses.
+pub unsafe trait CStruct {}
+
+macro_rules! c_structs {
+    ($($t:ty),* $(,)?) => {
+        // SAFETY: each is a bindgen copy of an rdma-core public struct of the kind described
+        // on `CStruct` (integers, pointers, function pointers, unions and arrays of those).
+        $(unsafe impl CStruct for $t {})*
+    };
+}
+
+c_structs!(
+    ibv_device,
+    verbs_context,
+    ibv_pd,
+    ibv_mr,
+    ibv_ah,
+    ibv_srq,
+    ibv_qp_ex,
+    ibv_comp_channel,
+    ibv_qp_init_attr,
+    ibv_qp_cap,
+    ibv_qp_attr,
+    ibv_srq_attr,
+    rdma_cm_id,
+    rdma_cm_event,
+    rdma_event_channel,
+    rdma_addrinfo,
+);
+
 /// A zero-initialised C struct at a fixed heap address, freed with its owner.
-pub struct CBox<T> {
+///
+/// C reads and writes the struct behind our back, so Rust never holds a reference to it once
+/// the address is handed out: reads copy it (`read`) and writes are raw-pointer writes of
+/// single fields (`as_ptr`) by the owner under its lock. Before it is handed out, `init` gives
+/// ordinary exclusive access.
+pub struct CBox<T: CStruct> {
     ptr: *mut T,
 }
 
-// SAFETY: the struct is plain C data; every mutation goes through the owner's lock or happens
-// before the pointer is published, so sharing the box between threads is sound.
-unsafe impl<T> Send for CBox<T> {}
-// SAFETY: see above.
-unsafe impl<T> Sync for CBox<T> {}
+// SAFETY: T is plain C data (`CStruct`); the box is only accessed through raw-pointer copies and
+// single-field writes that the owner serialises with its lock, so it may move between threads.
+unsafe impl<T: CStruct> Send for CBox<T> {}
+// SAFETY: as for Send: `&CBox` gives no reference into the struct, only copies and raw pointers.
+unsafe impl<T: CStruct> Sync for CBox<T> {}
 
-impl<T> CBox<T> {
-    /// Allocates a zeroed `T`. Only for rdma-core's C structs, for which all-zero is valid.
+impl<T: CStruct> CBox<T> {
+    /// Allocates a zeroed `T`.
     pub fn zeroed() -> CBox<T> {
-        // SAFETY: T is a C struct of integers, pointers and Option<fn>, all valid when zero.
+        // SAFETY: all-zero is a valid T (`CStruct`).
         let b: Box<T> = Box::new(unsafe { std::mem::zeroed() });
         CBox { ptr: Box::into_raw(b) }
     }
@@ -36,26 +79,24 @@ impl<T> CBox<T> {
         self.ptr as usize
     }
 
-    /// Reads a copy of a field set.
-    pub fn get(&self) -> &T {
-        // SAFETY: the box is live as long as self; C may write fields it owns (e.g. `context`)
-        // concurrently, which we only read as plain values.
-        unsafe { &*self.ptr }
+    /// A copy of the struct as it is now, read through the raw pointer (no reference to memory
+    /// C may write at the same time is created).
+    pub fn read(&self) -> T {
+        // SAFETY: the allocation is live as long as self; T has no drop glue and every bit
+        // pattern C may leave in it is a valid T (`CStruct`).
+        unsafe { std::ptr::read(self.ptr) }
     }
 
-    /// Mutates the struct.
-    ///
-    /// # Safety
-    /// The caller holds the owner's lock (or the struct is not yet published), so no other
-    /// Rust code writes at the same time.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn get_mut(&self) -> &mut T {
-        // SAFETY: per the function's contract.
+    /// Exclusive access while the struct is being set up, before its address is handed out
+    /// (to C or to a registry): `&mut self` proves no one else holds the box.
+    pub fn init(&mut self) -> &mut T {
+        // SAFETY: the allocation is live as long as self, and `&mut self` excludes every other
+        // Rust access; the caller has not yet published the address to C (see above).
         unsafe { &mut *self.ptr }
     }
 }
 
-impl<T> Drop for CBox<T> {
+impl<T: CStruct> Drop for CBox<T> {
     fn drop(&mut self) {
         // SAFETY: ptr came from Box::into_raw in zeroed() and is freed once, here.
         drop(unsafe { Box::from_raw(self.ptr) });
@@ -64,16 +105,16 @@ impl<T> Drop for CBox<T> {
 
 /// A C struct whose pointers are only data to its holder (passed back to C, never dereferenced
 /// by us without a registry lookup), so it may move between threads.
-pub struct CData<T>(pub T);
+pub struct CData<T: CStruct>(pub T);
 
-// SAFETY: see the type's comment.
-unsafe impl<T> Send for CData<T> {}
-// SAFETY: see the type's comment.
-unsafe impl<T> Sync for CData<T> {}
+// SAFETY: T is plain C data (`CStruct`) whose pointers are not dereferenced through this value.
+unsafe impl<T: CStruct> Send for CData<T> {}
+// SAFETY: as for Send; shared access only reads plain data.
+unsafe impl<T: CStruct> Sync for CData<T> {}
 
 /// Copies a plain C struct that bindgen did not mark `Copy`.
-pub fn pod_copy<T>(v: &T) -> T {
-    // SAFETY: only used for rdma-core's C structs: plain data without ownership or drop glue.
+pub fn pod_copy<T: CStruct>(v: &T) -> T {
+    // SAFETY: T is plain data without ownership or drop glue (`CStruct`).
     unsafe { std::ptr::read(v) }
 }
 

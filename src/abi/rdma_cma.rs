@@ -120,7 +120,7 @@ entry! {
         let _ = event;
         // Connection establishment is driven by the CM itself here: nothing to pass on, but an
         // id without a device is refused, as the kernel does.
-        if live(id)?.raw.get().verbs.is_null() {
+        if live(id)?.raw.read().verbs.is_null() {
             return Err(Errno::EINVAL);
         }
         Ok(())
@@ -257,7 +257,7 @@ entry! {
         let pd = if a.comp_mask & pd_bit != 0 { a.pd } else { std::ptr::null_mut() };
         i.create_qp(pd, &mut basic)?;
         if flags & block_self != 0 {
-            if let Ok(q) = crate::verbs::qp::lookup(i.raw.get().qp) {
+            if let Ok(q) = crate::verbs::qp::lookup(i.raw.read().qp) {
                 q.set_block_self_mcast(true);
             }
         }
@@ -417,7 +417,7 @@ entry! {
 
     fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> MinusOne {
         let i = live(id)?;
-        if !i.raw.get().qp.is_null() {
+        if !i.raw.read().qp.is_null() {
             return Err(Errno::EINVAL); // ECE is for QPs the application connects itself
         }
         // SAFETY: ece is NULL or valid for writes.
@@ -431,7 +431,7 @@ entry! {
         let i = live(id)?;
         // SAFETY: ece is NULL or valid for reads.
         let e = unsafe { arg(ece) }?;
-        if !i.raw.get().qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
+        if !i.raw.read().qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
             return Err(Errno::EINVAL);
         }
         i.set_local_ece(e.vendor_id, e.options);

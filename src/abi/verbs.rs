@@ -368,13 +368,7 @@ entry! {
     }
 
     fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> PositiveErrno {
-        let c = objects().cqs.get(cq)?;
-        if cqe < 1 || cqe as u32 > device::MAX_CQE {
-            return Err(Errno::EINVAL);
-        }
-        // SAFETY: cqe is informational for C; completions are never dropped on a small CQ.
-        unsafe { c.raw.get_mut().cqe = cqe };
-        Ok(())
+        objects().cqs.get(cq)?.resize(cqe)
     }
 
     fn ibv_destroy_cq(cq: *mut ibv_cq) -> PositiveErrno {
@@ -390,7 +384,7 @@ entry! {
         // SAFETY: both out-pointers were checked non-NULL and are valid per the man page.
         unsafe {
             *cq = c.raw.as_ptr();
-            *cq_context = c.raw.get().cq_context;
+            *cq_context = c.raw.read().cq_context;
         }
         Ok(())
     }

@@ -11,7 +11,7 @@
 //! ones with logic run their body through [`call`] like every `entry!`, so a panic never crosses
 //! into C. The readers only load values and cannot fail.
 
-use crate::abi::{arg, call, out, NullOr, PositiveErrno};
+use crate::abi::{arg, call, out, Nothing, NullOr, PositiveErrno};
 use crate::entry;
 use crate::errno::Errno;
 use crate::sys::*;
@@ -168,8 +168,11 @@ unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
     call::<PositiveErrno>(move || objects().cqs.get(cq)?.ex_poll(false))
 }
 
-unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {
-    // Nothing is held between start_poll and end_poll: each step takes the CQ's lock briefly.
+unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
+    call::<Nothing>(move || {
+        objects().cqs.get(cq)?.end_poll();
+        Ok(())
+    })
 }
 
 /// The cursor of a CQ we allocated.

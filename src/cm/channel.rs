@@ -42,9 +42,8 @@ pub static EVENTS: Lazy<Registry<Event>> = Lazy::new(Registry::default);
 impl EventChannel {
     pub fn new() -> Result<Arc<EventChannel>> {
         let queue = FdQueue::new()?;
-        let raw: CBox<rdma_event_channel> = CBox::zeroed();
-        // SAFETY: not yet published.
-        unsafe { raw.get_mut().fd = queue.fd() };
+        let mut raw: CBox<rdma_event_channel> = CBox::zeroed();
+        raw.init().fd = queue.fd();
         Ok(Arc::new(EventChannel { raw, queue }))
     }
 
@@ -69,8 +68,8 @@ impl EventChannel {
     pub fn get(&self) -> Result<*mut rdma_cm_event> {
         let mut e = self.queue.pop_wait()?;
         if let Some(f) = e.on_fetch.take() {
-            // SAFETY: the event is ours and not yet visible to the application.
-            f(unsafe { e.ev.get_mut() });
+            // The event is ours and not yet visible to the application.
+            f(e.ev.init());
         }
         let p = e.ev.as_ptr();
         EVENTS.insert(p as usize, Arc::new(e));

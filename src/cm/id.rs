@@ -167,19 +167,36 @@ pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Result<SocketAddr> {
     }
 }
 
-fn set_src(r: &mut rdma_cm_id, a: &SocketAddr) {
-    write_storage(std::ptr::addr_of_mut!(r.route.addr.src_addr_union).cast(), a);
+/// Writes the id's source address.
+///
+/// # Safety
+/// `r` is a live `rdma_cm_id` and the caller holds its state lock (the only Rust writers).
+unsafe fn set_src(r: *mut rdma_cm_id, a: &SocketAddr) {
+    // SAFETY: per the function's contract; a raw write of one field, no reference made.
+    unsafe {
+        std::ptr::addr_of_mut!((*r).route.addr.src_addr_union)
+            .cast::<libc::sockaddr_storage>()
+            .write(storage(a))
+    };
 }
 
-fn set_dst(r: &mut rdma_cm_id, a: &SocketAddr) {
-    write_storage(std::ptr::addr_of_mut!(r.route.addr.dst_addr_union).cast(), a);
+/// Writes the id's destination address.
+///
+/// # Safety
+/// As `set_src`.
+unsafe fn set_dst(r: *mut rdma_cm_id, a: &SocketAddr) {
+    // SAFETY: per the function's contract; a raw write of one field, no reference made.
+    unsafe {
+        std::ptr::addr_of_mut!((*r).route.addr.dst_addr_union)
+            .cast::<libc::sockaddr_storage>()
+            .write(storage(a))
+    };
 }
 
-fn write_storage(dst: *mut libc::sockaddr_storage, a: &SocketAddr) {
-    // SAFETY: dst points at a sockaddr_storage-sized union inside a live rdma_cm_id.
-    let dst = unsafe { &mut *dst };
+fn storage(a: &SocketAddr) -> libc::sockaddr_storage {
     // SAFETY: all-zero is a valid sockaddr_storage.
-    *dst = unsafe { std::mem::zeroed() };
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let dst = &mut st;
     match a {
         SocketAddr::V4(v4) => {
             // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
@@ -196,6 +213,7 @@ fn write_storage(dst: *mut libc::sockaddr_storage, a: &SocketAddr) {
             s.sin6_addr.s6_addr = v6.ip().octets();
         }
     }
+    st
 }
 
 pub(super) fn addr_to_wire(a: &SocketAddr) -> [u8; 28] {
@@ -291,9 +309,8 @@ impl CmId {
             Some(c) => c,
             None => EventChannel::new()?,
         };
-        let raw: CBox<rdma_cm_id> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw: CBox<rdma_cm_id> = CBox::zeroed();
+        let r = raw.init();
         r.channel = channel.raw.as_ptr();
         r.context = context;
         r.ps = ps;
@@ -344,6 +361,8 @@ impl CmId {
 
     /// `rdma_migrate_id`: moves the id and its queued events to `to` (a new private channel
     /// when `None`, making the id sync), once the events it already handed out are acknowledged.
+    /// A sync id's own `id->event` is acknowledged first, as librdmacm does: the application
+    /// never sees that event as its own to ack, so waiting for it would wait forever.
     pub fn migrate(&self, to: Option<Arc<EventChannel>>) -> Result<()> {
         if to.is_none() && self.is_sync() {
             return Err(Errno::EINVAL);
@@ -354,6 +373,10 @@ impl CmId {
             None => EventChannel::new()?,
         };
         let me = self.arc();
+        if self.is_sync() {
+            // Before taking the state lock: acking takes it (`event_acked`).
+            self.ack_held_event();
+        }
         let mut st = lock(&self.st);
         while super::channel::has_unacked(self) {
             st = self.acked.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -363,8 +386,8 @@ impl CmId {
             to.post(e);
         }
         self.sync.store(make_sync, std::sync::atomic::Ordering::Release);
-        // SAFETY: under the state lock.
-        unsafe { self.raw.get_mut().channel = to.raw.as_ptr() };
+        // SAFETY: a raw write of one field of the live struct, under the state lock (held).
+        unsafe { std::ptr::addr_of_mut!((*self.raw.as_ptr()).channel).write(to.raw.as_ptr()) };
         Ok(())
     }
 
@@ -376,11 +399,18 @@ impl CmId {
         self.me.upgrade().expect("id alive while in use")
     }
 
-    /// Writes fields of the public struct.
-    fn with_raw(&self, f: impl FnOnce(&mut rdma_cm_id)) {
+    /// Writes fields of the public struct: `f` gets the raw pointer and writes single fields
+    /// through it (C reads the struct meanwhile, so no reference to it is made), under the
+    /// id's state lock, which serialises the Rust writers.
+    fn with_raw(&self, f: impl FnOnce(*mut rdma_cm_id)) {
         let _g = lock(&self.st);
-        // SAFETY: writes to the public struct happen under the id's state lock.
-        f(unsafe { self.raw.get_mut() });
+        f(self.raw.as_ptr());
+    }
+
+    /// Sets `id->event` (sync ids: the event of the last call).
+    fn set_event(&self, ev: *mut rdma_cm_event) {
+        // SAFETY: a raw write of one field of the live struct, under the state lock.
+        self.with_raw(|r| unsafe { std::ptr::addr_of_mut!((*r).event).write(ev) });
     }
 
     pub fn state(&self) -> State {
@@ -414,12 +444,11 @@ impl CmId {
         if st.destroyed {
             return;
         }
-        let ev: CBox<rdma_cm_event> = CBox::zeroed();
+        let mut ev: CBox<rdma_cm_event> = CBox::zeroed();
         let mut private = Box::new([0u8; EVENT_PRIVATE]);
         let n = p.private.len().min(EVENT_PRIVATE);
         private[..n].copy_from_slice(&p.private[..n]);
-        // SAFETY: not yet published.
-        let e = unsafe { ev.get_mut() };
+        let e = ev.init();
         match &new_id {
             Some(nid) => {
                 e.id = nid.ptr();
@@ -481,7 +510,7 @@ impl CmId {
         }
         self.ack_held_event();
         let p = self.channel().get()?;
-        self.with_raw(|r| r.event = p);
+        self.set_event(p);
         // SAFETY: p is a live event we just handed out.
         let e = unsafe { &*p };
         if e.status != 0 {
@@ -497,9 +526,9 @@ impl CmId {
     }
 
     fn ack_held_event(&self) {
-        let held = self.raw.get().event;
+        let held = self.raw.read().event;
         if !held.is_null() {
-            self.with_raw(|r| r.event = std::ptr::null_mut());
+            self.set_event(std::ptr::null_mut());
             let _ = super::channel::ack(held);
         }
     }
@@ -547,16 +576,19 @@ impl CmId {
         st.bound = fd.map(Arc::new);
         st.local = Some(local);
         st.state = State::Bound;
-        // SAFETY: under the state lock (held by the caller).
-        let r = unsafe { self.raw.get_mut() };
-        set_src(r, &local);
-        if !addr.ip().is_unspecified() {
-            // A specific address binds the id to the device, as the kernel does.
-            r.verbs = cm_context()?;
-            r.pd = cm_pd()?;
-            r.port_num = device::PORT;
-            r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
-            r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        let r = self.raw.as_ptr();
+        // SAFETY: raw writes of single fields of the live struct (C reads it meanwhile), under
+        // the state lock (held by the caller).
+        unsafe {
+            set_src(r, &local);
+            if !addr.ip().is_unspecified() {
+                // A specific address binds the id to the device, as the kernel does.
+                (*r).verbs = cm_context()?;
+                (*r).pd = cm_pd()?;
+                (*r).port_num = device::PORT;
+                (*r).route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
+                (*r).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+            }
         }
         Ok(())
     }
@@ -584,9 +616,8 @@ impl CmId {
                 _ => return Err(Errno::EINVAL),
             }
             st.remote = Some(dst);
-            // SAFETY: under the state lock.
-            let r = unsafe { self.raw.get_mut() };
-            set_dst(r, &dst);
+            // SAFETY: the live struct, under the state lock.
+            unsafe { set_dst(self.raw.as_ptr(), &dst) };
         }
         // A multicast group is "resolved" on this host: members are found when sending.
         let reachable =
@@ -606,19 +637,22 @@ impl CmId {
             let mut st = lock(&self.st);
             st.state = State::AddrResolved;
             let local = st.local.expect("bound above");
-            // SAFETY: under the state lock.
-            let r = unsafe { self.raw.get_mut() };
-            if local.ip().is_unspecified() && !dst.ip().is_multicast() {
-                let l = SocketAddr::new(dst.ip(), local.port());
-                set_src(r, &l);
-                st.local = Some(l);
+            let r = self.raw.as_ptr();
+            // SAFETY: raw writes of single fields of the live struct (C reads it meanwhile),
+            // under the state lock.
+            unsafe {
+                if local.ip().is_unspecified() && !dst.ip().is_multicast() {
+                    let l = SocketAddr::new(dst.ip(), local.port());
+                    set_src(r, &l);
+                    st.local = Some(l);
+                }
+                (*r).verbs = cm_context()?;
+                (*r).pd = cm_pd()?;
+                (*r).port_num = device::PORT;
+                (*r).route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&st.local.expect("set"));
+                (*r).route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&dst);
+                (*r).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
             }
-            r.verbs = cm_context()?;
-            r.pd = cm_pd()?;
-            r.port_num = device::PORT;
-            r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&st.local.expect("set"));
-            r.route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&dst);
-            r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
         }
         self.post_event(RDMA_CM_EVENT_ADDR_RESOLVED, 0, EventParams::default(), None);
         self.complete()
@@ -632,10 +666,10 @@ impl CmId {
             }
             // SAFETY: all-zero is a valid path record.
             let mut path: Box<ibv_sa_path_rec> = Box::new(unsafe { std::mem::zeroed() });
-            // SAFETY: under the state lock.
-            let r = unsafe { self.raw.get_mut() };
-            // SAFETY: the ibaddr union member is the one we filled at resolution.
-            let ib = unsafe { r.route.addr.addr.ibaddr };
+            let r = self.raw.as_ptr();
+            // SAFETY: a raw read of the live struct; the ibaddr union member is the one we
+            // filled at resolution.
+            let ib = unsafe { (*r).route.addr.addr.ibaddr };
             path.sgid = ib.sgid;
             path.dgid = ib.dgid;
             path.pkey = ib.pkey;
@@ -648,8 +682,11 @@ impl CmId {
             path.rate = 7;
             path.packet_life_time_selector = 2;
             path.packet_life_time = 14;
-            r.route.path_rec = &mut *path;
-            r.route.num_paths = 1;
+            // SAFETY: raw writes of single fields of the live struct, under the state lock.
+            unsafe {
+                (*r).route.path_rec = &mut *path;
+                (*r).route.num_paths = 1;
+            }
             st.path = Some(path);
             st.state = State::RouteResolved;
         }
@@ -716,7 +753,7 @@ impl CmId {
     pub(super) fn new_request_id(&self, m: &Msg) -> Result<Arc<CmId>> {
         // A sync listener's new ids get their own private channel (they are sync too).
         let channel = if self.is_sync() { None } else { Some(self.channel()) };
-        let raw = self.raw.get();
+        let raw = self.raw.read();
         let nid = CmId::create(channel, raw.context, self.ps, raw.qp_type)?;
         let local = addr_from_wire(&m.dst);
         let remote = addr_from_wire(&m.src);
@@ -726,16 +763,19 @@ impl CmId {
         st.remote = Some(remote);
         st.peer_qpn = m.qpn;
         st.remote_ece = (m.ece_vendor, m.ece_options);
-        // SAFETY: under the new id's state lock; not yet visible to the application.
-        let r = unsafe { nid.raw.get_mut() };
-        r.verbs = cm_context()?;
-        r.pd = cm_pd()?;
-        r.port_num = device::PORT;
-        set_src(r, &local);
-        set_dst(r, &remote);
-        r.route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
-        r.route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&remote);
-        r.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        let r = nid.raw.as_ptr();
+        // SAFETY: raw writes of single fields of the live struct, under the new id's state lock
+        // (not yet visible to the application).
+        unsafe {
+            (*r).verbs = cm_context()?;
+            (*r).pd = cm_pd()?;
+            (*r).port_num = device::PORT;
+            set_src(r, &local);
+            set_dst(r, &remote);
+            (*r).route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&local);
+            (*r).route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&remote);
+            (*r).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        }
         let ep = lock(&self.st);
         st.ep_qp_attr = ep.ep_qp_attr.as_ref().map(|a| CData(pod_copy(&a.0)));
         st.ep_pd = ep.ep_pd;
@@ -895,7 +935,7 @@ impl CmId {
 
     /// `rdma_init_qp_attr`: for a QP the application creates and moves itself.
     pub fn init_qp_attr(&self, state: u32) -> Result<(ibv_qp_attr, u32)> {
-        if self.raw.get().verbs.is_null() {
+        if self.raw.read().verbs.is_null() {
             return Err(Errno::EINVAL); // not bound to a device yet
         }
         let (peer, params) = {
@@ -907,7 +947,7 @@ impl CmId {
 
     /// Brings our QP (if any) through RTR to RTS towards the peer.
     fn connect_qp(&self, peer_qpn: u32, params: ConnParams) -> Result<()> {
-        let qpp = self.raw.get().qp;
+        let qpp = self.raw.read().qp;
         if qpp.is_null() {
             return Ok(());
         }
@@ -919,7 +959,7 @@ impl CmId {
     }
 
     fn qp_to_error(&self) {
-        let qpp = self.raw.get().qp;
+        let qpp = self.raw.read().qp;
         if let Ok(q) = qp::lookup(qpp) {
             // SAFETY: all-zero is a valid ibv_qp_attr.
             let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -929,7 +969,7 @@ impl CmId {
     }
 
     pub(super) fn own_qpn(&self) -> Option<u32> {
-        let qpp = self.raw.get().qp;
+        let qpp = self.raw.read().qp;
         qp::lookup(qpp).ok().map(|q| q.qpn)
     }
 
@@ -1056,7 +1096,7 @@ impl CmId {
             m.srq = p.srq;
         }
         // With a QP, rdma_cm reports whether that QP uses an SRQ, whatever the caller said.
-        if let Ok(q) = qp::lookup(self.raw.get().qp) {
+        if let Ok(q) = qp::lookup(self.raw.read().qp) {
             m.srq = q.srq.is_some() as u8;
         }
         if private.len() > proto::REQ_PRIVATE {
@@ -1135,7 +1175,7 @@ impl CmId {
 
     pub fn establish(&self) -> Result<()> {
         let mut st = lock(&self.st);
-        if st.state != State::RespRcvd || !self.raw.get().qp.is_null() {
+        if st.state != State::RespRcvd || !self.raw.read().qp.is_null() {
             return Err(Errno::EINVAL);
         }
         st.state = State::Connected;
@@ -1144,7 +1184,7 @@ impl CmId {
     }
 
     pub fn disconnect(&self) -> Result<()> {
-        if self.raw.get().verbs.is_null() {
+        if self.raw.read().verbs.is_null() {
             return Err(Errno::EINVAL);
         }
         let state = self.state();
@@ -1161,7 +1201,7 @@ impl CmId {
             State::Disconnected => {
                 // The peer disconnected first: answer it; the DISCONNECTED event is queued.
                 let _ = self.send(&Msg::new(proto::DREP));
-                if self.raw.get().event.is_null() || self.is_sync() {
+                if self.raw.read().event.is_null() || self.is_sync() {
                     self.complete_if_pending()
                 } else {
                     Ok(())
@@ -1176,7 +1216,7 @@ impl CmId {
         if !self.is_sync() {
             return Ok(());
         }
-        let pending = lock(&self.st).outstanding > (!self.raw.get().event.is_null()) as u32;
+        let pending = lock(&self.st).outstanding > (!self.raw.read().event.is_null()) as u32;
         if pending {
             self.complete()
         } else {
@@ -1221,7 +1261,7 @@ impl CmId {
                     qp_num: m.qpn,
                     ..Default::default()
                 };
-                if self.raw.get().qp.is_null() {
+                if self.raw.read().qp.is_null() {
                     let mut st = lock(&self.st);
                     st.state = State::RespRcvd;
                     st.params.initiator_depth =
@@ -1358,7 +1398,7 @@ impl CmId {
         (std::mem::take(&mut st.owned_cqs), std::mem::take(&mut st.owned_channels))
     }
 
-    pub fn set_raw(&self, f: impl FnOnce(&mut rdma_cm_id)) {
+    pub fn set_raw(&self, f: impl FnOnce(*mut rdma_cm_id)) {
         self.with_raw(f)
     }
 
@@ -1380,7 +1420,7 @@ impl CmId {
             return Err(Errno::EINVAL);
         }
         let nid = lookup(e.id)?;
-        nid.with_raw(|r| r.event = p);
+        nid.set_event(p);
         Ok(nid)
     }
 

@@ -23,7 +23,7 @@ impl Made {
         id: &CmId,
         depth: u32,
     ) -> Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
-        let ctx = objects().contexts.get(id.raw.get().verbs)?;
+        let ctx = objects().contexts.get(id.raw.read().verbs)?;
         let ch = CompChannel::create(ctx.clone())?;
         self.channels.push(ch as usize);
         let cq = Cq::create(
@@ -50,7 +50,7 @@ impl Made {
 impl CmId {
     /// `rdma_create_qp`.
     pub fn create_qp(&self, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
-        let raw = self.raw.get();
+        let raw = self.raw.read();
         if raw.verbs.is_null() || !raw.qp.is_null() {
             return Err(Errno::EINVAL);
         }
@@ -98,16 +98,18 @@ impl CmId {
             }
         };
         self.record_owned(&made.cqs, &made.channels);
-        self.set_raw(|r| {
-            r.qp = qp;
-            r.pd = pd;
-            r.send_cq = attr.send_cq;
-            r.recv_cq = attr.recv_cq;
-            if r.send_cq_channel.is_null() && made.cqs.contains(&(send.1 as usize)) {
-                r.send_cq_channel = send.0;
+        // SAFETY: raw reads and writes of single fields of the live id (C reads it meanwhile),
+        // under its state lock (set_raw).
+        self.set_raw(|r| unsafe {
+            (*r).qp = qp;
+            (*r).pd = pd;
+            (*r).send_cq = attr.send_cq;
+            (*r).recv_cq = attr.recv_cq;
+            if (*r).send_cq_channel.is_null() && made.cqs.contains(&(send.1 as usize)) {
+                (*r).send_cq_channel = send.0;
             }
-            if r.recv_cq_channel.is_null() && made.cqs.contains(&(recv.1 as usize)) {
-                r.recv_cq_channel = recv.0;
+            if (*r).recv_cq_channel.is_null() && made.cqs.contains(&(recv.1 as usize)) {
+                (*r).recv_cq_channel = recv.0;
             }
         });
         Ok(())
@@ -116,20 +118,22 @@ impl CmId {
     /// `rdma_destroy_qp`: the QP (unless the caller already destroyed it, as rping does) and the
     /// CQs and channels created for the id.
     pub fn destroy_qp(&self) {
-        let qp = self.raw.get().qp;
+        let qp = self.raw.read().qp;
         if !qp.is_null() {
             let _ = Qp::destroy(qp);
         }
         let (cqs, chs) = self.take_owned();
-        self.set_raw(|r| {
-            r.qp = std::ptr::null_mut();
-            if cqs.contains(&(r.send_cq as usize)) {
-                r.send_cq = std::ptr::null_mut();
-                r.send_cq_channel = std::ptr::null_mut();
+        // SAFETY: raw reads and writes of single fields of the live id (C reads it meanwhile),
+        // under its state lock (set_raw).
+        self.set_raw(|r| unsafe {
+            (*r).qp = std::ptr::null_mut();
+            if cqs.contains(&((*r).send_cq as usize)) {
+                (*r).send_cq = std::ptr::null_mut();
+                (*r).send_cq_channel = std::ptr::null_mut();
             }
-            if cqs.contains(&(r.recv_cq as usize)) {
-                r.recv_cq = std::ptr::null_mut();
-                r.recv_cq_channel = std::ptr::null_mut();
+            if cqs.contains(&((*r).recv_cq as usize)) {
+                (*r).recv_cq = std::ptr::null_mut();
+                (*r).recv_cq_channel = std::ptr::null_mut();
             }
         });
         Made { cqs, channels: chs }.undo();
@@ -137,23 +141,25 @@ impl CmId {
 
     /// `rdma_create_srq` (basic SRQs; XRC SRQs are not supported).
     pub fn create_srq(&self, pd: *mut ibv_pd, attr: &mut ibv_srq_init_attr) -> Result<()> {
-        let raw = self.raw.get();
+        let raw = self.raw.read();
         if !raw.srq.is_null() {
             return Err(Errno::EINVAL);
         }
         let pd = objects().pds.get(if pd.is_null() { raw.pd } else { pd })?;
         let srq = Srq::create(pd, attr.srq_context, &mut attr.attr)?;
-        self.set_raw(|r| r.srq = srq);
+        // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
+        self.set_raw(|r| unsafe { (*r).srq = srq });
         Ok(())
     }
 
     /// `rdma_destroy_srq`.
     pub fn destroy_srq(&self) {
-        let srq = self.raw.get().srq;
+        let srq = self.raw.read().srq;
         if !srq.is_null() {
             let _ = Srq::destroy(srq);
         }
-        self.set_raw(|r| r.srq = std::ptr::null_mut());
+        // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
+        self.set_raw(|r| unsafe { (*r).srq = std::ptr::null_mut() });
     }
 }
 

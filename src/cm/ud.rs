@@ -36,7 +36,7 @@ pub fn mgid_of(addr: &SocketAddr) -> [u8; 16] {
 
 impl CmId {
     pub fn is_ud(&self) -> bool {
-        self.raw.get().qp_type == ibv_qp_type::IBV_QPT_UD
+        self.raw.read().qp_type == ibv_qp_type::IBV_QPT_UD
     }
 
     pub(super) fn on_sidr_request(&self, conn: std::os::fd::OwnedFd, m: Msg) -> Result<()> {
@@ -178,7 +178,7 @@ impl CmId {
         }
         {
             let st = lock(&self.st);
-            if self.raw.get().verbs.is_null() || matches!(st.state, State::Idle) {
+            if self.raw.read().verbs.is_null() || matches!(st.state, State::Idle) {
                 return Err(Errno::EINVAL);
             }
             if st.joins.iter().any(|(a, _, _)| a.ip() == addr.ip()) {
@@ -195,7 +195,7 @@ impl CmId {
                 return;
             }
             let Ok(id) = super::id::lookup(idp as *const rdma_cm_id) else { return };
-            let qpp = id.raw.get().qp;
+            let qpp = id.raw.read().qp;
             if let Ok(q) = qp::lookup(qpp) {
                 if q.attach_mcast(mgid).is_err() {
                     e.event = RDMA_CM_EVENT_MULTICAST_ERROR;
@@ -231,7 +231,7 @@ impl CmId {
             (mgid, so)
         };
         if !send_only {
-            if let Ok(q) = qp::lookup(self.raw.get().qp) {
+            if let Ok(q) = qp::lookup(self.raw.read().qp) {
                 let _ = q.detach_mcast(mgid);
             }
         }

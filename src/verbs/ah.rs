@@ -15,12 +15,12 @@ pub struct Ah {
 
 impl Ah {
     pub fn create(pd: Arc<Pd>, attr: &ibv_ah_attr) -> Result<*mut ibv_ah> {
-        let raw: CBox<ibv_ah> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw: CBox<ibv_ah> = CBox::zeroed();
+        let handle = raw.addr() as u32;
+        let r = raw.init();
         r.context = pd.ctx.ptr();
         r.pd = pd.raw.as_ptr();
-        r.handle = raw.addr() as u32;
+        r.handle = handle;
         let p = raw.as_ptr();
         objects().ahs.insert(p as usize, Arc::new(Ah { raw, pd, attr: *attr }));
         Ok(p)

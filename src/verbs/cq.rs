@@ -1,5 +1,15 @@
 //! Completion queues and completion channels.
 //!
+//! **Lock order** (outer first; never take an earlier lock while holding a later one):
+//! QP state (`Qp::st`) -> CQ state (`Cq::st`) -> an `FdQueue`'s items (completion channel,
+//! async events). An SRQ's two locks are taken one at a time under a QP state lock and released
+//! before anything else is taken. `Cq::qps` (the QPs feeding a CQ) is a leaf: it is held
+//! only to copy the list or to find a QP, never while another of these locks is taken. So
+//! `poll` retires send queue entries after dropping the CQ state lock, and `progress_qps` runs
+//! the QPs from a snapshot of the list. No function here waits on a lock while calling out.
+//! The extended-poll session lock (`cq_ex::SessionLock`) is outermost: it is held across the
+//! application's `ibv_start_poll` .. `ibv_end_poll`, and taken with no other lock held.
+//!
 //! A completion channel's fd is a real eventfd in semaphore mode: one count per pending CQ
 //! event, so `poll()`, `epoll` and `O_NONBLOCK` (`EAGAIN`) behave as with the kernel.
 
@@ -13,7 +23,7 @@ use crate::handle::CBox;
 use crate::provider::soft::engine::{ARMED_CQS, POLL_EPOCH};
 use crate::sys::*;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
 /// A work completion as the provider produces it.
@@ -61,9 +71,8 @@ pub struct CompChannel {
 impl CompChannel {
     pub fn create(ctx: Arc<Context>) -> Result<*mut ibv_comp_channel> {
         let queue = FdQueue::new()?;
-        let raw: CBox<ibv_comp_channel> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw: CBox<ibv_comp_channel> = CBox::zeroed();
+        let r = raw.init();
         r.context = ctx.ptr();
         r.fd = queue.fd();
         r.refcnt = 0;
@@ -101,6 +110,13 @@ impl CompChannel {
                 return Ok(cq);
             }
         }
+    }
+
+    /// `refcnt` of the C struct (the CQs using the channel), updated from any thread.
+    fn refcnt(&self) -> &AtomicI32 {
+        // SAFETY: the field is a live, aligned c_int for as long as self (the box lives with
+        // it); every Rust access to it goes through this atomic view, and C only reads it.
+        unsafe { AtomicI32::from_ptr(std::ptr::addr_of_mut!((*self.raw.as_ptr()).refcnt)) }
     }
 
     fn forget(&self, cq: usize) {
@@ -146,21 +162,11 @@ impl CqRaw {
         self.0.addr()
     }
 
-    /// The public `ibv_cq` fields.
-    pub fn get(&self) -> &ibv_cq {
-        // SAFETY: ibv_cq is a layout prefix of ibv_cq_ex (checked at compile time in cq_ex),
-        // the first member of the live allocation.
-        unsafe { &*self.as_ptr() }
-    }
-
-    /// Mutates the public `ibv_cq` fields.
-    ///
-    /// # Safety
-    /// As `CBox::get_mut`: the caller holds the CQ's lock or the struct is not yet published.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn get_mut(&self) -> &mut ibv_cq {
-        // SAFETY: as in get(); exclusive access per the function's contract.
-        unsafe { &mut *self.as_ptr() }
+    /// A copy of the public `ibv_cq` fields, read through the raw pointer.
+    pub fn read(&self) -> ibv_cq {
+        // SAFETY: ibv_cq is a layout prefix of ibv_cq_ex (checked at compile time in cq_ex), the
+        // first member of the live allocation; a bitwise copy of plain C data.
+        unsafe { std::ptr::read(self.as_ptr()) }
     }
 }
 
@@ -173,6 +179,8 @@ pub struct Cq {
     qps: Mutex<Vec<Weak<Qp>>>,
     /// Extended CQs created with a timestamp `wc_flag`: stamp each completion when produced.
     stamp: bool,
+    /// Held from `ibv_start_poll` to `ibv_end_poll` (see `cq_ex`).
+    pub(super) session: super::cq_ex::SessionLock,
 }
 
 impl Cq {
@@ -212,20 +220,20 @@ impl Cq {
         if cqe < 1 || cqe as u32 > super::device::MAX_CQE || !(0..1).contains(&comp_vector) {
             return Err(Errno::EINVAL);
         }
-        let raw = CqRaw::zeroed();
-        // SAFETY: not yet published.
-        init(unsafe { &mut (*raw.alloc_ptr()).ex });
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw = CqRaw::zeroed();
+        let handle = raw.addr() as u32;
+        // Not yet published: ordinary exclusive access. The `ibv_cq` fields are the leading
+        // fields of `ibv_cq_ex`, under the same names.
+        let r = &mut raw.0.init().ex;
+        init(r);
         r.context = ctx.ptr();
         r.channel = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.raw.as_ptr());
         r.cq_context = cq_context;
-        r.handle = raw.addr() as u32;
+        r.handle = handle;
         r.cqe = cqe;
         let p = raw.as_ptr();
         if let Some(c) = &channel {
-            // SAFETY: refcnt is informational; we update it under the registry's ordering.
-            unsafe { c.raw.get_mut().refcnt += 1 };
+            c.refcnt().fetch_add(1, Ordering::Relaxed);
         }
         let cq = Arc::new(Cq {
             raw,
@@ -235,6 +243,7 @@ impl Cq {
             acked: Condvar::new(),
             qps: Mutex::new(Vec::new()),
             stamp,
+            session: Default::default(),
         });
         objects().cqs.insert(p as usize, cq);
         Ok(p)
@@ -254,8 +263,7 @@ impl Cq {
         objects().cqs.remove(p);
         if let Some(c) = &cq.channel {
             c.forget(p as usize);
-            // SAFETY: see create().
-            unsafe { c.raw.get_mut().refcnt -= 1 };
+            c.refcnt().fetch_sub(1, Ordering::Relaxed);
         }
         let mut st = cq.st.lock().unwrap_or_else(|e| e.into_inner());
         if st.armed != 0 {
@@ -297,30 +305,45 @@ impl Cq {
     pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
         POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
         self.progress_qps();
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        // Send queue positions to retire, newest per QP, applied once the state lock is dropped
+        // (lock order, see the module comment). A batch stops early rather than allocate when it
+        // spans more QPs than this holds: returning fewer completions is always allowed.
+        const MAX_QPS: usize = 8;
+        let mut retire = [(0u32, 0u64); MAX_QPS];
+        let mut nr = 0;
         let mut n = 0;
-        while n < out.len() {
-            match st.wcs.pop_front() {
-                Some((wc, _)) => {
-                    wc.write_to(&mut out[n]);
-                    self.retire(&wc);
-                    n += 1;
+        {
+            let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            while n < out.len() {
+                let Some(&(wc, _)) = st.wcs.front() else { break };
+                if wc.sq_seq != 0 {
+                    match retire[..nr].iter_mut().find(|(q, _)| *q == wc.qp_num) {
+                        Some(r) => r.1 = r.1.max(wc.sq_seq),
+                        None if nr < MAX_QPS => {
+                            retire[nr] = (wc.qp_num, wc.sq_seq);
+                            nr += 1;
+                        }
+                        None => break,
+                    }
                 }
-                None => break,
+                st.wcs.pop_front();
+                wc.write_to(&mut out[n]);
+                n += 1;
             }
+        }
+        for &(qpn, seq) in &retire[..nr] {
+            self.retire(qpn, seq);
         }
         n
     }
 
     /// A polled send completion frees its send queue entries (and those of the unsignaled
-    /// requests before it), as a hardware provider's send queue tail moves on poll.
-    fn retire(&self, wc: &Wc) {
-        if wc.sq_seq == 0 {
-            return;
-        }
+    /// requests before it), as a hardware provider's send queue tail moves on poll. Called
+    /// without the state lock.
+    fn retire(&self, qpn: u32, sq_seq: u64) {
         let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(q) = qps.iter().filter_map(|w| w.upgrade()).find(|q| q.qpn == wc.qp_num) {
-            q.retire(wc.sq_seq);
+        if let Some(q) = qps.iter().filter_map(|w| w.upgrade()).find(|q| q.qpn == qpn) {
+            q.retire(sq_seq);
         }
     }
 
@@ -333,17 +356,40 @@ impl Cq {
         }
         let got = self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front();
         if let Some((wc, _)) = &got {
-            self.retire(wc);
+            if wc.sq_seq != 0 {
+                self.retire(wc.qp_num, wc.sq_seq);
+            }
         }
         got
     }
 
+    /// Runs the QPs feeding this CQ. The list lock is a leaf: a snapshot is taken and the lock
+    /// dropped before any QP lock is taken.
     fn progress_qps(&self) {
-        // Progress never takes this list's lock, so holding it here cannot deadlock.
-        let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-        for q in qps.iter().filter_map(|w| w.upgrade()) {
+        let qps: Vec<Arc<Qp>> = {
+            let l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+            l.iter().filter_map(|w| w.upgrade()).collect()
+        };
+        for q in qps {
             q.progress_now();
         }
+    }
+
+    /// `ibv_resize_cq`: `EINVAL` out of range or below the number of completions the CQ holds
+    /// (the man page's rule). `cqe` is written under the state lock, the only Rust writer.
+    pub fn resize(&self, cqe: i32) -> Result<()> {
+        if cqe < 1 || cqe as u32 > super::device::MAX_CQE {
+            return Err(Errno::EINVAL);
+        }
+        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        if st.wcs.len() > cqe as usize {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: a raw write of one field of the live allocation (no reference to memory C
+        // reads), serialised with other Rust writers by the state lock held here.
+        unsafe { std::ptr::addr_of_mut!((*self.raw.as_ptr()).cqe).write(cqe) };
+        drop(st);
+        Ok(())
     }
 
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {

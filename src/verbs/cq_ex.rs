@@ -17,12 +17,41 @@
 
 use super::cq::{Cq, Wc};
 use crate::errno::{Errno, Result};
+use crate::fdqueue::futex;
 use crate::sys::*;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
+
+/// A poll session (`ibv_start_poll` until `ibv_end_poll`, or a failed `ibv_start_poll`) is
+/// exclusive, as providers make it by holding their CQ lock across those calls: two threads
+/// polling one extended CQ would otherwise overwrite each other's cursor. The lock outlives the
+/// C calls, so it is a futex word (0 free, 1 held, 2 held with sleepers), not a guard. It is
+/// outermost in the lock order: taken with no other lock held.
+#[derive(Default)]
+pub struct SessionLock(AtomicU32);
+
+impl SessionLock {
+    fn acquire(&self) {
+        if self.0.compare_exchange(0, 1, Acquire, Relaxed).is_ok() {
+            return;
+        }
+        while self.0.swap(2, Acquire) != 0 {
+            futex(&self.0, libc::FUTEX_WAIT, 2);
+        }
+    }
+
+    /// Idempotent: an `ibv_end_poll` without a session is harmless.
+    fn release(&self) {
+        if self.0.swap(0, Release) == 2 {
+            futex(&self.0, libc::FUTEX_WAKE, 1);
+        }
+    }
+}
 
 /// The completion the current poll session is on. Atomics only so that a (misbehaving) reader on
-/// another thread is not a data race; one thread polls a CQ at a time per the verbs API.
+/// another thread is not a data race; the session lock gives one poll session at a time.
 #[derive(Default)]
 pub struct Cursor {
     pub opcode: AtomicU32,
@@ -41,6 +70,10 @@ pub struct CqAlloc {
     pub ex: ibv_cq_ex,
     pub cursor: Cursor,
 }
+
+// SAFETY: a repr(C) struct of an rdma-core C struct and atomics: all-zero is valid, no drop
+// glue, no ownership (the `CStruct` contract).
+unsafe impl crate::handle::CStruct for CqAlloc {}
 
 // `struct ibv_cq_ex` starts with the fields of `struct ibv_cq`: the same address serves both.
 const _: () = {
@@ -149,19 +182,38 @@ pub fn wallclock_ns(ts: u64) -> u64 {
 }
 
 impl Cq {
-    /// `ibv_start_poll` (`first`, which runs the QPs feeding the CQ first) and `ibv_next_poll`:
-    /// moves the cursor to the next completion, `ENOENT` when there is none.
+    /// `ibv_start_poll` (`first`: takes the session, runs the QPs feeding the CQ) and
+    /// `ibv_next_poll`: moves the cursor to the next completion, `ENOENT` when there is none. A
+    /// `ibv_start_poll` that finds nothing ends the session (the application then does not call
+    /// `ibv_end_poll`, per the man page).
     pub fn ex_poll(&self, first: bool) -> Result<()> {
-        let (wc, ts) = self.take_one(first).ok_or(Errno::ENOENT)?;
-        self.set_cursor(&wc, ts);
-        Ok(())
+        if first {
+            self.session.acquire();
+        }
+        match self.take_one(first) {
+            Some((wc, ts)) => {
+                self.set_cursor(&wc, ts);
+                Ok(())
+            }
+            None => {
+                if first {
+                    self.session.release();
+                }
+                Err(Errno::ENOENT)
+            }
+        }
+    }
+
+    /// `ibv_end_poll`: ends the session.
+    pub fn end_poll(&self) {
+        self.session.release();
     }
 
     fn set_cursor(&self, wc: &Wc, ts: u64) {
         let a = self.raw.alloc_ptr();
-        // SAFETY: `status` and `wr_id` are written only here, by the poll session that the verbs
-        // API confines to one thread at a time, and read by C on that thread once the call
-        // returns; the allocation lives as long as self.
+        // SAFETY: `status` and `wr_id` are written only here, by the poll session (one at a time:
+        // the session lock), and read by C on that thread once the call returns; raw writes of
+        // single fields; the allocation lives as long as self.
         unsafe {
             std::ptr::addr_of_mut!((*a).ex.status).write(wc.status);
             std::ptr::addr_of_mut!((*a).ex.wr_id).write(wc.wr_id);

@@ -35,9 +35,8 @@ fn copy_str(dst: &mut [libc::c_char], s: &str) {
 }
 
 pub static DEVICE: Lazy<Device> = Lazy::new(|| {
-    let raw: CBox<ibv_device> = CBox::zeroed();
-    // SAFETY: not yet published.
-    let d = unsafe { raw.get_mut() };
+    let mut raw: CBox<ibv_device> = CBox::zeroed();
+    let d = raw.init();
     d.node_type = ibv_node_type::IBV_NODE_CA;
     d.transport_type = ibv_transport_type::IBV_TRANSPORT_IB;
     copy_str(&mut d.name, DEVICE_NAME);
@@ -134,9 +133,8 @@ impl Context {
             return Err(Errno::EINVAL);
         }
         let events = super::async_event::AsyncQueue::new()?;
-        let vctx: CBox<verbs_context> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let v = unsafe { vctx.get_mut() };
+        let mut vctx: CBox<verbs_context> = CBox::zeroed();
+        let v = vctx.init();
         v.sz = std::mem::size_of::<verbs_context>();
         v.context.device = device;
         v.context.ops = ops;

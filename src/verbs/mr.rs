@@ -67,7 +67,7 @@ impl Mr {
         if len > 0 && !is_mapped(addr as usize, len) {
             return Err(Errno::EFAULT); // as pinning fails in the kernel
         }
-        let raw: CBox<ibv_mr> = CBox::zeroed();
+        let mut raw: CBox<ibv_mr> = CBox::zeroed();
         let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
         let key = loop {
             let k = random_key();
@@ -75,8 +75,7 @@ impl Mr {
                 break k;
             }
         };
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let r = raw.init();
         r.context = pd.ctx.ptr();
         r.pd = pd.raw.as_ptr();
         r.addr = addr;

@@ -14,11 +14,11 @@ pub struct Pd {
 
 impl Pd {
     pub fn alloc(ctx: Arc<Context>) -> Result<*mut ibv_pd> {
-        let raw: CBox<ibv_pd> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw: CBox<ibv_pd> = CBox::zeroed();
+        let handle = raw.addr() as u32;
+        let r = raw.init();
         r.context = ctx.ptr();
-        r.handle = raw.addr() as u32;
+        r.handle = handle;
         let p = raw.as_ptr();
         objects().pds.insert(p as usize, Arc::new(Pd { raw, ctx }));
         Ok(p)

@@ -185,9 +185,9 @@ impl Qp {
         self.raw.as_ptr().cast()
     }
 
-    /// The public `ibv_qp` fields.
-    pub fn public(&self) -> &ibv_qp {
-        &self.raw.get().qp_base
+    /// A copy of the public `ibv_qp` fields.
+    pub fn public(&self) -> ibv_qp {
+        self.raw.read().qp_base
     }
 
     pub fn create(pd: Arc<Pd>, attr: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp> {
@@ -227,9 +227,8 @@ impl Qp {
         } else {
             Some(Acceptor::start(listener.clone(), Box::new(on_handshake))?)
         };
-        let raw: CBox<ibv_qp_ex> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let r = unsafe { &mut raw.get_mut().qp_base };
+        let mut raw: CBox<ibv_qp_ex> = CBox::zeroed();
+        let r = &mut raw.init().qp_base;
         r.context = pd.ctx.ptr();
         r.qp_context = attr.qp_context;
         r.pd = pd.raw.as_ptr();
@@ -363,8 +362,9 @@ impl Qp {
 
     fn set_state(&self, st: &mut QpState, s: u32) {
         st.state = s;
-        // SAFETY: state changes happen under st's lock; C reads the field as a plain value.
-        unsafe { self.raw.get_mut().qp_base.state = s };
+        // SAFETY: a raw write of one field of the live struct (no reference to memory C reads);
+        // the only Rust writer of `state` is here, under st's lock.
+        unsafe { std::ptr::addr_of_mut!((*self.raw.as_ptr()).qp_base.state).write(s) };
     }
 
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {

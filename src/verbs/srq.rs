@@ -35,13 +35,13 @@ impl Srq {
         if attr.max_sge == 0 {
             attr.max_sge = 1;
         }
-        let raw: CBox<ibv_srq> = CBox::zeroed();
-        // SAFETY: not yet published.
-        let r = unsafe { raw.get_mut() };
+        let mut raw: CBox<ibv_srq> = CBox::zeroed();
+        let handle = raw.addr() as u32;
+        let r = raw.init();
         r.context = pd.ctx.ptr();
         r.srq_context = ctx;
         r.pd = pd.raw.as_ptr();
-        r.handle = raw.addr() as u32;
+        r.handle = handle;
         let p = raw.as_ptr();
         objects().srqs.insert(
             p as usize,
