@@ -15,6 +15,8 @@ on SIGINT/SIGTERM. A SIGKILLed owner leaves debris; `cleanup_stale()` (run at ev
 
 CLI:
     fixture.py up [--hosts 2|3] [--mtu N] [--owner PID]   # prints shell assignments; stays up
+                                                          # until `down` (or the owner, default the
+                                                          # session leader, dies and a cleanup runs)
     fixture.py down RUN_ID                                # deletes that run's namespaces
     fixture.py run [--hosts N] [--mtu N] -- CMD...        # up, CMD with NETNS_* env vars, down
     fixture.py cleanup                                    # delete stale runs (dead owners)
@@ -33,6 +35,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 PREFIX = "rsnt"
@@ -147,7 +150,7 @@ class Host:
 class Fixture:
     """N namespaces (2: veth pair; 3: bridge in its own namespace), set up on enter, deleted
     on exit. `owner_pid` names the process whose death makes the namespaces stale (default:
-    this one; the CLI's `up` uses its parent shell)."""
+    this one; the CLI's `up` uses the session leader)."""
 
     def __init__(self, hosts=2, mtu=1500, owner_pid=None, cleanup_stale_first=True):
         if hosts not in (2, 3):
@@ -335,7 +338,6 @@ def _ns(host):
 
 
 def threading_is_main():
-    import threading
     return threading.current_thread() is threading.main_thread()
 
 
@@ -404,7 +406,6 @@ class Capture:
 
 
 def _kill_later(proc, seconds):
-    import threading
     t = threading.Timer(seconds, lambda: proc.poll() is None and proc.kill())
     t.daemon = True
     t.start()
@@ -484,8 +485,11 @@ def main(argv=None):
         p.add_argument("--hosts", type=int, default=2, choices=(2, 3))
         p.add_argument("--mtu", type=int, default=1500)
         if name == "up":
-            p.add_argument("--owner", type=int, default=os.getppid(),
-                           help="pid whose death makes the namespaces stale (default: parent)")
+            # Not the parent: under `x=$(fixture.py up | ...)` that is a subshell that exits
+            # at once. The session leader (the terminal's shell, the CI job) lives on.
+            p.add_argument("--owner", type=int, default=os.getsid(0),
+                           help="pid whose death makes the namespaces stale (default: the "
+                                "session leader); `down RUN_ID` deletes them earlier")
         else:
             p.add_argument("command", nargs="+", help="run in the root namespace, NETNS_* set")
     sub.add_parser("down").add_argument("run_id")
