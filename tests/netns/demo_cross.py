@@ -61,21 +61,37 @@ def program_env(mode, build_dir):
     return ["env", var, "RDMASHIM_PROVIDER=soft"]
 
 
+def clean_environ(build_dir):
+    """The runner's environment without the LD_LIBRARY_PATH entries meson adds for a test that
+    depends on the libraries (<build>/dropin among them): each mode sets exactly what it tests,
+    so preload must not quietly load the drop-in libraries too."""
+    build_dir = os.path.realpath(build_dir)
+    env = dict(os.environ)
+    kept = [p for p in env.pop("LD_LIBRARY_PATH", "").split(":")
+            if p and not os.path.realpath(p).startswith(build_dir)]
+    if kept:
+        env["LD_LIBRARY_PATH"] = ":".join(kept)
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
 def listening(pid, port):
-    """True once rdmashim's CM rendezvous socket for `port` exists in `pid`'s namespace
-    (/proc/<pid>/net/unix shows the namespace of that process, not ours)."""
+    """True once rdmashim's CM rendezvous socket for `port` (@rdmashim/cm/<ps>/<port>/<addr>)
+    exists in `pid`'s namespace (/proc/<pid>/net/unix shows that process's namespace, not
+    ours). This also proves the server runs on rdmashim, not on the system librdmacm."""
     try:
         with open(f"/proc/{pid}/net/unix") as f:
-            return any(f"/{port}/" in line for line in f)
+            return any("@rdmashim/" in line and f"/{port}/" in line for line in f)
     except OSError:
         return False
 
 
-def run_pair(fx, server_prefix, client_prefix, server_ip, penv):
+def run_pair(server_prefix, client_prefix, server_ip, penv, env):
     """Server under server_prefix, then client under client_prefix -> (ok, verdict, client
     output, server output). `ok` False with a reason when the setup itself went wrong."""
     server = subprocess.Popen(server_prefix + penv + ["rdma_server", "-p", str(PORT)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env)
     try:
         deadline = time.monotonic() + 10
         while not listening(server.pid, PORT) and server.poll() is None:
@@ -87,7 +103,7 @@ def run_pair(fx, server_prefix, client_prefix, server_ip, penv):
         client = subprocess.run(client_prefix + penv + ["rdma_client", "-s", server_ip, "-p",
                                                           str(PORT)],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                timeout=TIMEOUT)
+                                env=env, timeout=TIMEOUT)
         passed = client.returncode == 0 and "rdma_client: end 0" in client.stdout
         if passed:
             server.wait(timeout=TIMEOUT)
@@ -120,19 +136,20 @@ def main():
             return fixture.SKIP
     try:
         penv = program_env(args.mode, args.build_dir)
+        env = clean_environ(args.build_dir)
     except FileNotFoundError as e:
         log(f"FAIL (not the expected reason): {e}")
         return 1
     with fixture.Fixture(hosts=2) as fx:
         server_prefix, client_prefix, server_ip, _ = fixture.pair_env(fx)
         # Control: both in namespace a. Must pass, or the failure below proves nothing.
-        ok, passed, cout, sout = run_pair(fx, server_prefix, server_prefix, server_ip, penv)
+        ok, passed, cout, sout = run_pair(server_prefix, server_prefix, server_ip, penv, env)
         if not (ok and passed):
             log(f"FAIL: the control pair inside one namespace did not pass ({passed})\n"
                 f"client:\n{cout}server:\n{sout}")
             return 1
         log(f"control: rdma_server/rdma_client inside {fx.hosts[0].ns} pass ({args.mode})")
-        ok, passed, cout, sout = run_pair(fx, server_prefix, client_prefix, server_ip, penv)
+        ok, passed, cout, sout = run_pair(server_prefix, client_prefix, server_ip, penv, env)
     print(f"client (namespace b -> {server_ip}):\n{cout}server (namespace a):\n{sout}", end="")
     if not ok:
         log(f"FAIL (not the expected reason): {passed}")
