@@ -172,6 +172,7 @@ class Fixture:
         self.hosts = []
         self.bridge_ns = None
         self._created = []
+        self._captures = []
         self._old_handlers = {}
 
     # --- names -------------------------------------------------------------------------------
@@ -262,7 +263,10 @@ class Fixture:
             time.sleep(0.05)
 
     def down(self):
-        """Delete every namespace of this run (processes inside are killed first)."""
+        """Delete every namespace of this run (processes inside are killed first; captures
+        still running are stopped with SIGINT before, so their pcap files are complete)."""
+        while self._captures:
+            self._captures.pop().stop()
         while self._created:
             delete_namespace(self._created.pop())
         self.hosts = []
@@ -314,8 +318,11 @@ class Fixture:
         return subprocess.run(self.exec_argv(_ns(host), argv), timeout=timeout, **kw)
 
     def capture(self, host, path, bpf=None):
-        """Start tcpdump on `host`'s link writing `path`; see Capture."""
-        return Capture(self, host, path, bpf)
+        """tcpdump on `host`'s link writing `path` (start() it, or use `with`); see Capture.
+        One still running when the fixture goes down is stopped then."""
+        cap = Capture(self, host, path, bpf)
+        self._captures.append(cap)
+        return cap
 
     def drop_udp(self, host, percent, ports=(UDP_ROCE_PORT, UDP_ROCE_PORT)):
         """Install a random-drop rule in `host`'s namespace; see DropRule."""
