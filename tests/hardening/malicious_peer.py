@@ -76,7 +76,7 @@ def sealed_memfd(size, seal=True):
 class Link:
     """The attacker's end: it produces into direction 0 and consumes direction 1."""
 
-    def __init__(self, victim, seal_link=True, seal_bell=True, efd=None):
+    def __init__(self, victim, seal_link=True, seal_bell=True, wake=None):
         self.v = victim
         self.my_qpn = victim.qpn - 1
         victim.say(f"dest {self.my_qpn}")
@@ -84,11 +84,13 @@ class Link:
         self.fd = sealed_memfd(LINK_SIZE, seal_link)
         self.mem = mmap.mmap(self.fd, LINK_SIZE)
         self.bell = bell = sealed_memfd(BELL_SIZE, seal_bell)
-        efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if efd is None else efd
+        if wake is None:  # the doorbell's wake-up socket, as the provider makes it
+            self.wake_pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            wake = self.wake_pair[1].fileno()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.connect(b"\0rdmashim/qp/%06x" % victim.qpn)
         hello = struct.pack("<IIII", MAGIC, HELLO, self.my_qpn, victim.qpn)
-        socket.send_fds(self.sock, [hello], [self.fd, bell, efd])
+        socket.send_fds(self.sock, [hello], [self.fd, bell, wake])
         self.sock.settimeout(WAIT)
         try:
             msg, fds, _, _ = socket.recv_fds(self.sock, 64, 4)
@@ -247,7 +249,7 @@ def unsealed_segment(v, **seal):
 def pipe_doorbell(v):
     """A full, blocking pipe as the doorbell: a victim writing to it would block forever."""
     r, w = os.pipe()
-    link = Link(v, efd=w)
+    link = Link(v, wake=w)
     if not link.accepted:
         return []
     # Accepted: fill the pipe, say we sleep, and send a message the victim acknowledges.
@@ -266,6 +268,42 @@ def pipe_doorbell(v):
     return ["a pipe was accepted as a doorbell"]
 
 
+def eventfd_doorbell(v):
+    """An eventfd as the doorbell: the peer shares its file description, so it can clear
+    O_NONBLOCK and fill the counter after the handshake; a write would then block. Refused."""
+    efd = os.eventfd(0, os.EFD_NONBLOCK)
+    link = Link(v, wake=efd)
+    if not link.accepted:
+        return []
+    os.set_blocking(efd, True)
+    os.eventfd_write(efd, 0xFFFFFFFFFFFFFFFE)  # the counter is full: a write waits
+    bell = mmap.mmap(link.bell, BELL_SIZE)
+    struct.pack_into("<I", bell, 0, 1)
+    link.put(b"hello", opcode=SEND, msg_len=5)
+    link.publish()
+    link.settle()
+    return ["an eventfd was accepted as a doorbell"]
+
+
+def full_blocking_doorbell(link, v):
+    """The doorbell socket made blocking (its file description is shared) and its queue full,
+    then we say we sleep and send a message the victim acknowledges: ringing us must not wait."""
+    ours, given = link.wake_pair  # the victim sends to `given`: datagrams queue at `ours`
+    given.setblocking(False)
+    try:
+        while True:
+            given.send(b"x")  # fills the queue at `ours` (nobody reads it)
+    except BlockingIOError:
+        pass
+    given.setblocking(True)
+    bell = mmap.mmap(link.bell, BELL_SIZE)
+    struct.pack_into("<I", bell, 0, 1)
+    link.put(b"hello", opcode=SEND, msg_len=5)
+    link.publish()
+    link.settle()
+    return []
+
+
 def sealed_cannot_shrink():
     fd = sealed_memfd(LINK_SIZE)
     try:
@@ -280,17 +318,18 @@ def sealed_cannot_shrink():
 RING = {f.__name__: f for f in [canary_write, segment_beyond_message, outside_region,
                                 long_read_response, msg_len_changes,
                                 send_beyond_receive, wrong_rkey, head_far_ahead, garbage,
-                                ghost_responses]}
+                                ghost_responses, full_blocking_doorbell]}
 EXPECT_ERR = {"segment_beyond_message", "outside_region", "long_read_response", "msg_len_changes",
               "send_beyond_receive", "wrong_rkey", "head_far_ahead", "garbage", "ghost_responses"}
 SETUP = {"unsealed_link": dict(seal_link=False), "unsealed_bell": dict(seal_bell=False)}
+DOORBELLS = {f.__name__: f for f in [pipe_doorbell, eventfd_doorbell]}
 
 
 def run(exe, name):
     v = Victim(exe)
     try:
-        if name == "pipe_doorbell":
-            errors = pipe_doorbell(v)
+        if name in DOORBELLS:
+            errors = DOORBELLS[name](v)
         elif name in SETUP:
             errors = unsealed_segment(v, **SETUP[name]) + sealed_cannot_shrink()
         else:
@@ -324,7 +363,7 @@ def errors_of(e):
 
 
 def main():
-    exe, names = sys.argv[1], sys.argv[2:] or list(RING) + list(SETUP) + ["pipe_doorbell"]
+    exe, names = sys.argv[1], sys.argv[2:] or list(RING) + list(SETUP) + list(DOORBELLS)
     failed = 0
     for name in names:
         errors = run(exe, name)

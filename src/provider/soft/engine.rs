@@ -1,7 +1,7 @@
 //! The per-process progress engine: one thread asleep in `epoll_wait` that runs the work the
 //! application is not polling for (incoming messages, acknowledgements, CM sockets).
 //!
-//! The doorbell rule: a peer writes our eventfd only when our shared `waiting` word says we are
+//! The doorbell rule: a peer sends to our wake-up socket only when our shared `waiting` word says we are
 //! asleep, so a busy application pays no system call per message. While the application keeps
 //! polling CQs (the poll epoch moves) and no CQ is armed for an event, the thread naps 1 ms at a
 //! time without advertising sleep; otherwise it advertises sleep and blocks until woken.
@@ -32,27 +32,44 @@ pub static ARMED_CQS: AtomicUsize = AtomicUsize::new(0);
 const BELL_TOKEN: u64 = u64::MAX;
 const BELL_SIZE: usize = 4096;
 
-/// A doorbell: a shared word and an eventfd.
+/// A doorbell: a shared word and a datagram socket pair.
+///
+/// The wake-up is a one-byte datagram sent with `MSG_DONTWAIT`, which never blocks whatever the
+/// peer does to the file description it shares with us (it can clear `O_NONBLOCK` on an eventfd
+/// and fill its counter; it cannot make a `MSG_DONTWAIT` send wait). A full queue means a wake-up
+/// is already pending.
 pub struct Bell {
     shm: Shm,
-    efd: OwnedFd,
+    /// The sending end: passed to peers (ours) or received from the peer (theirs).
+    tx: OwnedFd,
+    /// Our receiving end, watched by the engine; `None` for a peer's doorbell.
+    rx: Option<OwnedFd>,
 }
 
 impl Bell {
     fn create() -> Result<Bell> {
         let shm = Shm::create(BELL_SIZE)?;
-        // SAFETY: plain eventfd(2) call.
-        let efd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-        // SAFETY: efd was just created and is owned here.
-        Ok(Bell { shm, efd: unsafe { OwnedFd::from_raw_fd(efd) } })
+        let mut sv = [0; 2];
+        // SAFETY: socketpair(2) writes two descriptors into sv.
+        check(unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+                sv.as_mut_ptr(),
+            )
+        })?;
+        // SAFETY: both descriptors were just created and are owned here.
+        let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        Ok(Bell { shm, tx, rx: Some(rx) })
     }
 
-    /// A peer's doorbell received as (segment fd, eventfd).
-    pub fn from_fds(shm: OwnedFd, efd: OwnedFd) -> Result<Bell> {
-        super::shm::check_peer_eventfd(&efd)?; // ring() must never block on it
+    /// A peer's doorbell received as (segment fd, wake-up socket).
+    pub fn from_fds(shm: OwnedFd, tx: OwnedFd) -> Result<Bell> {
+        super::shm::check_peer_wake_socket(&tx)?;
         let mut shm = Shm::map(shm, BELL_SIZE)?; // sealed: the peer cannot make it fault
         shm.close_fd(); // a peer's doorbell is only written to: keep the mapping, not the fd
-        Ok(Bell { shm, efd })
+        Ok(Bell { shm, tx, rx: None })
     }
 
     fn word(&self) -> &BellWord {
@@ -62,23 +79,47 @@ impl Bell {
 
     /// The descriptors to pass to a peer.
     pub fn fds(&self) -> Result<[RawFd; 2]> {
-        Ok([self.shm.fd()?.as_raw_fd(), self.efd.as_raw_fd()])
+        Ok([self.shm.fd()?.as_raw_fd(), self.tx.as_raw_fd()])
     }
 
     /// Wakes the owner if, and only if, it sleeps.
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
         if self.word().waiting.swap(0, Ordering::AcqRel) != 0 {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a valid u64 to an eventfd.
-            unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            self.force_ring();
         }
     }
 
     fn force_ring(&self) {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to an eventfd.
-        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        // SAFETY: sending one byte from a valid buffer; MSG_DONTWAIT: never blocks (a full queue
+        // already holds a wake-up), MSG_NOSIGNAL: a closed peer end gives EPIPE, not SIGPIPE.
+        unsafe {
+            libc::send(
+                self.tx.as_raw_fd(),
+                [1u8].as_ptr().cast(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+    }
+
+    /// Our receiving end: takes the pending wake-ups (at most a queue's worth).
+    fn drain(&self) {
+        let Some(rx) = &self.rx else { return };
+        let mut b = [0u8; 16];
+        for _ in 0..64 {
+            // SAFETY: receiving into a valid buffer of its length, without waiting.
+            let r = unsafe {
+                libc::recv(rx.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT)
+            };
+            if r < 0 {
+                break;
+            }
+        }
+    }
+
+    fn rx_fd(&self) -> RawFd {
+        self.rx.as_ref().map_or(-1, |r| r.as_raw_fd())
     }
 }
 
@@ -158,7 +199,7 @@ impl Engine {
         let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: BELL_TOKEN };
         // SAFETY: valid epoll fd, descriptor and event.
         check(unsafe {
-            libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, bell.efd.as_raw_fd(), &mut ev)
+            libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, bell.rx_fd(), &mut ev)
         })?;
         let e = Arc::new(Engine {
             deadline: Mutex::new(None),
@@ -312,11 +353,7 @@ impl Engine {
             for ev in events.iter().take(n.max(0) as usize) {
                 let token = ev.u64;
                 if token == BELL_TOKEN {
-                    let mut v: u64 = 0;
-                    // SAFETY: reading 8 bytes into a valid u64 from our non-blocking eventfd.
-                    unsafe {
-                        libc::read(self.bell.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8)
-                    };
+                    self.bell.drain();
                     continue;
                 }
                 let h = self

@@ -105,17 +105,27 @@ impl Shm {
     }
 }
 
-/// Checks a doorbell eventfd from a peer before we ever write to it: `EINVAL` unless it is an
-/// anonymous-inode descriptor (eventfd; never a pipe or socket, whose writes could block) in
-/// non-blocking mode.
-pub fn check_peer_eventfd(fd: &OwnedFd) -> Result<()> {
-    // SAFETY: an all-zero stat is a valid out-buffer for fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is valid and st is a valid out-pointer.
-    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    // SAFETY: F_GETFL on a descriptor we own.
-    let fl = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
-    if st.st_mode & libc::S_IFMT != 0 || fl & libc::O_NONBLOCK == 0 {
+/// Checks a doorbell's wake-up descriptor from a peer before we ever send to it: `EINVAL`
+/// unless it is a unix datagram socket (sent to with `MSG_DONTWAIT`, which cannot block
+/// whatever flags the peer sets on the shared file description; a pipe or an eventfd could).
+pub fn check_peer_wake_socket(fd: &OwnedFd) -> Result<()> {
+    let opt = |name| -> Result<libc::c_int> {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: v and len are valid out-pointers of the sizes given.
+        check(unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                name,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        })
+        .map_err(|_| Errno::EINVAL)?;
+        Ok(v)
+    };
+    if opt(libc::SO_DOMAIN)? != libc::AF_UNIX || opt(libc::SO_TYPE)? != libc::SOCK_DGRAM {
         return Err(Errno::EINVAL);
     }
     Ok(())
@@ -144,17 +154,25 @@ mod tests {
     }
 
     #[test]
-    fn doorbells_must_be_nonblocking_eventfds() {
+    fn doorbells_must_be_datagram_sockets() {
         let mut p = [0; 2];
         // SAFETY: p has room for two descriptors.
         assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
         // SAFETY: both were just created and are owned here.
         let (r, _w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
-        assert_eq!(check_peer_eventfd(&r).err(), Some(Errno::EINVAL));
-        for (flags, ok) in [(0, false), (libc::EFD_NONBLOCK, true)] {
-            // SAFETY: plain eventfd(2); the descriptor is owned by the OwnedFd.
-            let e = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, flags)) };
-            assert_eq!(check_peer_eventfd(&e).is_ok(), ok);
+        assert_eq!(check_peer_wake_socket(&r).err(), Some(Errno::EINVAL));
+        // SAFETY: plain eventfd(2); the descriptor is owned by the OwnedFd.
+        let e = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_NONBLOCK)) };
+        assert_eq!(check_peer_wake_socket(&e).err(), Some(Errno::EINVAL));
+        for (ty, ok) in
+            [(libc::SOCK_STREAM, false), (libc::SOCK_SEQPACKET, false), (libc::SOCK_DGRAM, true)]
+        {
+            let mut sv = [0; 2];
+            // SAFETY: sv has room for two descriptors.
+            assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, ty, 0, sv.as_mut_ptr()) }, 0);
+            // SAFETY: both were just created and are owned here.
+            let (a, _b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+            assert_eq!(check_peer_wake_socket(&a).is_ok(), ok);
         }
     }
 
