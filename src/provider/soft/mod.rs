@@ -15,6 +15,7 @@
 pub mod datagram;
 pub mod engine;
 pub mod link;
+pub mod roce;
 pub mod ring;
 pub mod shm;
 pub mod unix;
