@@ -38,7 +38,7 @@ fn bth_fields_round_trip_and_sit_where_the_spec_puts_them() {
     b.set_becn(true);
     b.set_ack_req(false);
     b.set_tver(0xf);
-    assert_eq!(&b.as_bytes()[..12], [0x0b, 0xff, 0x80, 0x01, 0xff, 0xff, 0xff, 0xff, 0, 0xff, 0xff, 0xff]);
+    assert_eq!(&b.as_bytes()[..12], [0x0b, 0xff, 0x80, 0x01, 0xc0, 0xff, 0xff, 0xff, 0, 0xff, 0xff, 0xff]);
     // Reserved bits survive a decode but not canonical().
     let raw = [0u8, 0, 0, 0, 0x3f, 0, 0, 1, 0x7f, 0, 0, 2];
     let c = Bth::read_from_bytes(&raw[..]).unwrap().canonical();
