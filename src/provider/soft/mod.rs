@@ -15,7 +15,7 @@
 pub mod datagram;
 pub mod engine;
 pub mod link;
-pub mod roce;
 pub mod ring;
+pub mod roce;
 pub mod shm;
 pub mod unix;

@@ -172,9 +172,13 @@ impl NakCode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Syndrome {
     /// ACK with the responder's credit count (31: no end-to-end credits).
-    Ack { credits: u8 },
+    Ack {
+        credits: u8,
+    },
     /// RNR NAK with the encoded minimum RNR timer (IBA table 45).
-    RnrNak { timer: u8 },
+    RnrNak {
+        timer: u8,
+    },
     Nak(NakCode),
     /// Kind 0b10 or bit 7 set: reserved by the specification (raw syndrome byte).
     Reserved(u8),
@@ -229,7 +233,12 @@ wire_struct! {
 impl AtomicEth {
     pub const LEN: usize = 28;
     pub fn new(va: u64, rkey: u32, swap_add: u64, compare: u64) -> Self {
-        AtomicEth { va: va.into(), rkey: rkey.into(), swap_add: swap_add.into(), compare: compare.into() }
+        AtomicEth {
+            va: va.into(),
+            rkey: rkey.into(),
+            swap_add: swap_add.into(),
+            compare: compare.into(),
+        }
     }
     pub fn va(&self) -> u64 {
         self.va.get()

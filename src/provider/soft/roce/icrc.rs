@@ -19,8 +19,16 @@ pub const ICRC_LEN: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowAddrs {
     /// IPv4 with the header's identification and Don't Fragment bit (not masked by the ICRC).
-    V4 { src: Ipv4Addr, dst: Ipv4Addr, id: u16, df: bool },
-    V6 { src: Ipv6Addr, dst: Ipv6Addr },
+    V4 {
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        id: u16,
+        df: bool,
+    },
+    V6 {
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+    },
 }
 
 /// The IP/UDP header fields one RoCEv2 packet travels with.
@@ -88,7 +96,8 @@ pub fn compute(flow: &Flow, ib: &[u8]) -> Option<u32> {
             h.update(&dst.octets());
         }
     }
-    let (sp, dp, ul) = (flow.src_port.to_be_bytes(), flow.dst_port.to_be_bytes(), udp_len.to_be_bytes());
+    let (sp, dp, ul) =
+        (flow.src_port.to_be_bytes(), flow.dst_port.to_be_bytes(), udp_len.to_be_bytes());
     h.update(&[sp[0], sp[1], dp[0], dp[1], ul[0], ul[1], 0xff, 0xff]);
     h.update(&ib[..4]);
     h.update(&[0xff]);

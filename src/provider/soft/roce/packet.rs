@@ -2,7 +2,7 @@
 //! from a typed description into a caller's buffer, and decoding untrusted bytes into a typed
 //! view that borrows the payload. Both follow the opcode table ([`super::opcode::TABLE`]).
 
-use super::headers::{AtomicAckEth, AtomicEth, Aeth, Bth, Deth, Ieth, ImmDt, Reth};
+use super::headers::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth};
 use super::icrc::{self, Flow, ICRC_LEN};
 use super::opcode::{self, Ext, OpInfo};
 use zerocopy::{FromBytes, IntoBytes};

@@ -38,7 +38,10 @@ fn bth_fields_round_trip_and_sit_where_the_spec_puts_them() {
     b.set_becn(true);
     b.set_ack_req(false);
     b.set_tver(0xf);
-    assert_eq!(&b.as_bytes()[..12], [0x0b, 0xff, 0x80, 0x01, 0xc0, 0xff, 0xff, 0xff, 0, 0xff, 0xff, 0xff]);
+    assert_eq!(
+        &b.as_bytes()[..12],
+        [0x0b, 0xff, 0x80, 0x01, 0xc0, 0xff, 0xff, 0xff, 0, 0xff, 0xff, 0xff]
+    );
     // Reserved bits survive a decode but not canonical().
     let raw = [0u8, 0, 0, 0, 0x3f, 0, 0, 1, 0x7f, 0, 0, 2];
     let c = Bth::read_from_bytes(&raw[..]).unwrap().canonical();
@@ -48,7 +51,10 @@ fn bth_fields_round_trip_and_sit_where_the_spec_puts_them() {
 #[test]
 fn extension_headers_round_trip_big_endian() {
     let r = Reth::new(0x0102_0304_0506_0708, 0x1122_3344, 0x5566_7788);
-    assert_eq!(r.as_bytes(), [1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
+    assert_eq!(
+        r.as_bytes(),
+        [1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
+    );
     let r2 = Reth::read_from_bytes(r.as_bytes()).unwrap();
     assert_eq!((r2.va(), r2.rkey(), r2.len()), (0x0102_0304_0506_0708, 0x1122_3344, 0x5566_7788));
 
@@ -57,7 +63,10 @@ fn extension_headers_round_trip_big_endian() {
     assert_eq!(&a.as_bytes()[12..20], 0xaaaa_bbbb_cccc_ddddu64.to_be_bytes());
     assert_eq!(&a.as_bytes()[20..], 0x1111_2222_3333_4444u64.to_be_bytes());
     let a2 = AtomicEth::read_from_bytes(a.as_bytes()).unwrap();
-    assert_eq!((a2.va(), a2.rkey(), a2.swap_add(), a2.compare()), (0x1000, 7, a.swap_add(), a.compare()));
+    assert_eq!(
+        (a2.va(), a2.rkey(), a2.swap_add(), a2.compare()),
+        (0x1000, 7, a.swap_add(), a.compare())
+    );
 
     let k = AtomicAckEth::new(0xdead_beef_0000_0001);
     assert_eq!(AtomicAckEth::read_from_bytes(k.as_bytes()).unwrap().orig(), 0xdead_beef_0000_0001);
@@ -160,7 +169,10 @@ fn icrc_known_answer_from_the_spec_bytes() {
     assert_eq!(crc_bits(!0, &[0xff; 8]), 0xdebb_20e3);
 
     // RC SEND Only to QP 0x11, PSN 1, payload "ABCD", sent 127.0.0.1:49152 -> 127.0.0.2:4791.
-    let ib = [0x04, 0x00, 0xff, 0xff, 0x40, 0x00, 0x00, 0x11, 0x80, 0x00, 0x00, 0x01, b'A', b'B', b'C', b'D'];
+    let ib = [
+        0x04, 0x00, 0xff, 0xff, 0x40, 0x00, 0x00, 0x11, 0x80, 0x00, 0x00, 0x01, b'A', b'B', b'C',
+        b'D',
+    ];
     #[rustfmt::skip]
     let pseudo: &[u8] = &[
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,             // masked LRH
@@ -185,7 +197,12 @@ fn icrc_known_answer_from_the_spec_bytes() {
     }
     // A different IPv4 ID, address or port changes it.
     let mut f = v4_flow();
-    f.addrs = FlowAddrs::V4 { src: Ipv4Addr::new(127, 0, 0, 1), dst: Ipv4Addr::new(127, 0, 0, 2), id: 1, df: true };
+    f.addrs = FlowAddrs::V4 {
+        src: Ipv4Addr::new(127, 0, 0, 1),
+        dst: Ipv4Addr::new(127, 0, 0, 2),
+        id: 1,
+        df: true,
+    };
     assert!(!icrc::verify(&f, &pkt));
     assert!(!icrc::verify(&v4_flow().reversed(), &pkt));
     assert!(!icrc::verify(&v4_flow(), &pkt[..3]));
@@ -196,7 +213,10 @@ fn icrc_known_answer_ipv6_and_mapped_addresses() {
     let s: SocketAddr = "[::1]:1024".parse().unwrap();
     let d: SocketAddr = "[fe80::2]:4791".parse().unwrap();
     let f = Flow::new(s, d).unwrap();
-    let ib = [0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x05];
+    let ib = [
+        0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,
+        0x05,
+    ];
     let mut pseudo = vec![0xff; 8];
     pseudo.extend_from_slice(&[0x6f, 0xff, 0xff, 0xff, 0x00, 0x1c, 0x11, 0xff]);
     pseudo.extend_from_slice(&Ipv6Addr::LOCALHOST.octets());
@@ -208,7 +228,10 @@ fn icrc_known_answer_ipv6_and_mapped_addresses() {
     assert_eq!(icrc::compute(&f, &ib), Some(!crc_bits(!0, &pseudo)));
 
     // A dual-stack socket's ::ffff:a.b.c.d is the IPv4 flow; mixed families are refused.
-    let m = Flow::new("[::ffff:127.0.0.1]:49152".parse().unwrap(), "[::ffff:127.0.0.2]:4791".parse().unwrap());
+    let m = Flow::new(
+        "[::ffff:127.0.0.1]:49152".parse().unwrap(),
+        "[::ffff:127.0.0.2]:4791".parse().unwrap(),
+    );
     assert_eq!(m, Some(v4_flow()));
     assert_eq!(Flow::new(s, "127.0.0.1:1".parse().unwrap()), None);
     assert_eq!(icrc::compute(&f, &[0; 4]), None);
