@@ -16,7 +16,7 @@ pub enum Ext {
 
 impl Ext {
     /// Bytes on the wire.
-    pub const fn len(self) -> usize {
+    pub const fn wire_len(self) -> usize {
         match self {
             Ext::Deth => 8,
             Ext::Reth => 16,
@@ -52,7 +52,7 @@ pub struct OpInfo {
 impl OpInfo {
     /// Bytes of extension headers.
     pub fn headers_len(&self) -> usize {
-        self.headers.iter().map(|h| h.len()).sum()
+        self.headers.iter().map(|h| h.wire_len()).sum()
     }
     pub fn has(&self, e: Ext) -> bool {
         self.headers.contains(&e)

@@ -198,7 +198,7 @@ pub fn decode_unverified(bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
     let mut ext = Exts::default();
     let mut at = 0;
     for h in info.headers {
-        let b = body.get(at..at + h.len()).ok_or(DecodeError::HeadersTruncated)?;
+        let b = body.get(at..at + h.wire_len()).ok_or(DecodeError::HeadersTruncated)?;
         match h {
             Ext::Deth => ext.deth = Some(read(b)?),
             Ext::Reth => ext.reth = Some(read(b)?),
@@ -208,7 +208,7 @@ pub fn decode_unverified(bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
             Ext::ImmDt => ext.imm = Some(read(b)?),
             Ext::Ieth => ext.ieth = Some(read(b)?),
         }
-        at += h.len();
+        at += h.wire_len();
     }
     let padded = &body[at..];
     let pad = usize::from(bth.pad_cnt());

@@ -88,8 +88,8 @@ fn every_opcode_round_trips_with_every_pad() {
                     Ext::ImmDt => zerocopy::IntoBytes::as_bytes(&p.ext.imm.unwrap()).to_vec(),
                     Ext::Ieth => zerocopy::IntoBytes::as_bytes(&p.ext.ieth.unwrap()).to_vec(),
                 };
-                assert_eq!(&wire[at..at + h.len()], want, "{} {h:?}", row.name);
-                at += h.len();
+                assert_eq!(&wire[at..at + h.wire_len()], want, "{} {h:?}", row.name);
+                at += h.wire_len();
             }
             assert_eq!(&wire[at..at + n], &data[..n]);
             assert!(wire[at + n..wire.len() - 4].iter().all(|b| *b == 0), "pad is zero");
