@@ -5,7 +5,9 @@
 //!   roce_vectors check IN.pcap     # decodes every frame with the ICRC checked; prints
 //!                                  # "<frame> ok <opcode> <CM attribute|->" or "<frame> error <why>"
 //!
-//! tests/wire/check_roce.py drives both. Addresses are 127.0.0.1 and 127.0.0.2; nothing is sent.
+//!   roce_vectors seeds DIR         # fuzz seeds: DIR/roce_packet/*, DIR/cm_mad/*
+//!
+//! tests/wire/check_roce.py drives write and check. Addresses are 127.0.0.1 and 127.0.0.2; nothing is sent.
 
 mod pcap;
 
@@ -338,12 +340,33 @@ fn check(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Seed inputs for the fuzz targets: every vector's UDP payload (fuzz/corpus/roce_packet, on
+/// the flow the target uses) and every CM MAD (fuzz/corpus/cm_mad).
+fn seeds(dir: &str) -> Result<(), String> {
+    let roce_dir = format!("{dir}/roce_packet");
+    let cm_dir = format!("{dir}/cm_mad");
+    for d in [&roce_dir, &cm_dir] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{d}: {e}"))?;
+    }
+    for (i, (ib, fields)) in vectors().iter().enumerate() {
+        let name = format!("{roce_dir}/vector-{:02}", i + 1);
+        std::fs::write(&name, ib).map_err(|e| format!("{name}: {e}"))?;
+        if fields.iter().any(|(k, _)| *k == "mad.attributeid") {
+            let name = format!("{cm_dir}/mad-{:02}", i + 1);
+            // The MAD is the payload: after BTH and DETH, before the ICRC.
+            std::fs::write(&name, &ib[20..ib.len() - 4]).map_err(|e| format!("{name}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let r = match args.get(1..).unwrap_or_default() {
         [cmd, path] if cmd == "write" => write(path),
         [cmd, path] if cmd == "check" => check(path),
-        _ => Err("usage: roce_vectors write|check FILE.pcap".into()),
+        [cmd, dir] if cmd == "seeds" => seeds(dir),
+        _ => Err("usage: roce_vectors write|check FILE.pcap | seeds DIR".into()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

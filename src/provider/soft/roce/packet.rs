@@ -154,12 +154,11 @@ pub fn encode(pkt: &Packet<'_>, flow: &Flow, buf: &mut [u8]) -> Result<usize, En
     for h in info.headers {
         let b = pkt.ext.bytes(*h).ok_or(EncodeError::Headers)?;
         out[at..at + b.len()].copy_from_slice(b);
+        if let (Ext::Deth, Some(d)) = (h, pkt.ext.deth) {
+            // Its reserved byte goes out as zero.
+            out[at..at + Deth::LEN].copy_from_slice(d.canonical().as_bytes());
+        }
         at += b.len();
-    }
-    if let Some(d) = pkt.ext.deth {
-        // Reserved bits go out as zero.
-        let o = Bth::LEN;
-        out[o..o + Deth::LEN].copy_from_slice(d.canonical().as_bytes());
     }
     out[at..at + pkt.payload.len()].copy_from_slice(pkt.payload);
     at += pkt.payload.len();
