@@ -50,9 +50,9 @@ pub struct Segments {
 }
 
 impl Segments {
-    /// How many packets the message takes.
+    /// How many packets the whole message takes (however far the iterator has gone).
     pub fn count_packets(&self) -> usize {
-        if self.done && self.offset == 0 {
+        if self.mtu == 0 {
             0
         } else {
             self.len.div_ceil(self.mtu).max(1)
