@@ -13,6 +13,7 @@ pub mod id;
 pub mod proto;
 pub mod qp;
 pub mod ud;
+pub mod wire;
 
 use crate::errno::Result;
 use crate::sys::rdma_cm_id;

@@ -19,6 +19,7 @@ pub mod engine;
 pub mod fork;
 pub mod link;
 pub mod ring;
+pub mod roce;
 pub mod segcheck;
 pub mod shm;
 pub mod unix;
