@@ -47,6 +47,7 @@ int main(void)
 	struct ibv_device **devs = ibv_get_device_list(&n);
 	CHECK(devs && n > 0, "no device");
 	ctx = ibv_open_device(devs[0]);
+	ibv_free_device_list(devs);
 	CHECK(ctx, "open_device");
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "alloc_pd");

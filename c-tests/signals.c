@@ -185,6 +185,7 @@ int main(void)
 	struct ibv_device **list = ibv_get_device_list(&n);
 	CHECK(list && n >= 1, "device list");
 	vctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
 	CHECK(vctx, "open_device");
 	comp_ch = ibv_create_comp_channel(vctx);
 	CHECK(comp_ch, "create_comp_channel");
