@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -24,6 +25,8 @@
 #define WAIT_MS 60000
 
 static int n_conns = 1000;
+/* What a side has seen so far, for the message when an event never comes. */
+static char progress[160];
 
 static void die(const char *who, const char *what)
 {
@@ -31,15 +34,27 @@ static void die(const char *who, const char *what)
 	exit(1);
 }
 
-static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, const char *who)
+/* The next CM event within `ms` (NULL on timeout). */
+static struct rdma_cm_event *event_within(struct rdma_event_channel *ch, const char *who, int ms)
 {
 	struct pollfd p = { ch->fd, POLLIN, 0 };
 	struct rdma_cm_event *ev;
 
-	if (poll(&p, 1, WAIT_MS) != 1)
-		die(who, "no CM event within the deadline");
+	if (poll(&p, 1, ms) != 1)
+		return NULL;
 	if (rdma_get_cm_event(ch, &ev))
 		die(who, "rdma_get_cm_event");
+	return ev;
+}
+
+static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, const char *who)
+{
+	struct rdma_cm_event *ev = event_within(ch, who, WAIT_MS);
+
+	if (!ev) {
+		fprintf(stderr, "FAIL: %s: no CM event within %d ms (%s)\n", who, WAIT_MS, progress);
+		exit(1);
+	}
 	return ev;
 }
 
@@ -205,6 +220,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in a;
 	struct shared s;
 	uint16_t port;
+	time_t idle_since;
 	int fds[2], i, addr = 0, route = 0, est = 0, sent = 0, disc = 0, status;
 	pid_t pid;
 
@@ -237,12 +253,26 @@ int main(int argc, char **argv)
 			die("client", "rdma_resolve_addr");
 	}
 	/* Everything happens at once: each id moves on as its events arrive. */
+	/* Send completions may follow the last CM event: the CQ is polled between waits too, and
+	 * the deadline counts from the last progress of either kind. */
+	idle_since = time(NULL);
 	while (disc < n_conns) {
-		struct rdma_cm_event *ev = next_event(ch, "client");
-		struct rdma_cm_id *id = ev->id;
-		int k = (int)(uintptr_t)id->context;
+		struct rdma_cm_event *ev = event_within(ch, "client", 100);
+		struct rdma_cm_id *id;
+		int k;
 		struct rdma_conn_param cp;
 
+		if (!ev) {
+			if (time(NULL) - idle_since > WAIT_MS / 1000) {
+				fprintf(stderr, "FAIL: client: nothing happened for %d ms (%s)\n",
+					WAIT_MS, progress);
+				return 1;
+			}
+			goto poll_cq;
+		}
+		idle_since = time(NULL);
+		id = ev->id;
+		k = (int)(uintptr_t)id->context;
 		switch (ev->event) {
 		case RDMA_CM_EVENT_ADDR_RESOLVED:
 			if (addr++ == 0)
@@ -286,7 +316,11 @@ int main(int argc, char **argv)
 			exit(1);
 		}
 		rdma_ack_cm_event(ev);
+		snprintf(progress, sizeof(progress),
+			 "%d resolved, %d routed, %d established, %d sent, %d disconnected", addr, route,
+			 est, sent, disc);
 		/* A connection is closed once its SEND completed (the server has the message). */
+poll_cq:
 		for (;;) {
 			struct ibv_wc wc;
 			int n = ibv_poll_cq(s.cq, 1, &wc);
@@ -299,6 +333,10 @@ int main(int argc, char **argv)
 				exit(1);
 			}
 			sent++;
+			idle_since = time(NULL);
+			snprintf(progress, sizeof(progress),
+				 "%d resolved, %d routed, %d established, %d sent, %d disconnected", addr,
+				 route, est, sent, disc);
 			if (rdma_disconnect(ids[wc.wr_id]))
 				die("client", "rdma_disconnect");
 		}
