@@ -11,9 +11,9 @@
 pub mod abi;
 pub mod cm;
 pub mod errno;
-pub mod fdqueue;
 pub mod handle;
 pub mod provider;
+pub mod runtime;
 pub mod sys;
 pub mod verbs;
 

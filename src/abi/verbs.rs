@@ -535,7 +535,7 @@ entry! {
                 .and_then(|sges| s.post(vec![RecvWqe { wr_id: w.wr_id, sges }]).map_err(|(_, e)| e));
             if r.is_ok() && s.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
                 // A QP waits for a receive (RNR): it must see this one even if nobody polls.
-                if let Ok(e) = crate::provider::soft::engine::engine() {
+                if let Ok(e) = crate::runtime::engine::engine() {
                     e.kick();
                 }
             }

@@ -7,7 +7,7 @@
 use super::id::{addr_to_wire, gid_of_addr, lock, private_slice, CmId, EventParams, State};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
-use crate::provider::soft::engine::engine;
+use crate::runtime::engine::engine;
 use crate::sys::*;
 use crate::verbs::{device, qp};
 use rdma_cm_event_type::*;

@@ -6,7 +6,7 @@
 //! a responder QP moves to ERR after refusing a request (rc_recv.rs); `IBV_EVENT_SRQ_LIMIT_REACHED`
 //! when an armed SRQ drops below its limit (the limit then disarms, as the verbs spec says).
 
-use crate::fdqueue::FdQueue;
+use crate::runtime::fdqueue::FdQueue;
 use crate::sys::*;
 
 /// The object an event is about, by the address of its C struct.

@@ -17,7 +17,7 @@
 
 use super::cq::{Cq, Wc};
 use crate::errno::{Errno, Result};
-use crate::fdqueue::futex;
+use crate::runtime::fdqueue::futex;
 use crate::sys::*;
 use std::mem::offset_of;
 use std::sync::atomic::{

@@ -510,7 +510,7 @@ impl Qp {
                         let t = link.out.tail();
                         return self.reap(st, t);
                     }
-                    if let Ok(e) = crate::provider::soft::engine::engine() {
+                    if let Ok(e) = crate::runtime::engine::engine() {
                         e.wake_at(deadline);
                     }
                 }
@@ -543,7 +543,7 @@ impl Qp {
             self.fail_unreachable(st);
             return true;
         }
-        if let Ok(e) = crate::provider::soft::engine::engine() {
+        if let Ok(e) = crate::runtime::engine::engine() {
             e.wake_at(deadline);
         }
         false

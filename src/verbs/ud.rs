@@ -9,11 +9,11 @@ use super::mr;
 use super::qp::{Qp, QpState};
 use super::rc::{copy_in, Payload, SendWqe};
 use crate::errno::{Errno, Result};
-use crate::provider::soft::access;
 use crate::provider::soft::datagram::{
     self, UdHdr, HDR_LEN, MCAST_QPN, UD_IMM, UD_MTU, UD_SOLICITED,
 };
-use crate::provider::soft::unix::{self, Pod};
+use crate::runtime::access;
+use crate::runtime::unix::{self, Pod};
 use crate::sys::*;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! (`rdmashim/mc/<mgid>/<qpn>`) that senders list in /proc/net/unix.
 
 use super::link::qp_name;
-use super::unix::{self, Pod};
 use crate::errno::Result;
+use crate::runtime::unix::{self, Pod};
 use std::os::fd::{OwnedFd, RawFd};
 
 const MAGIC: u32 = 0x5244_5544; // "RDUD"

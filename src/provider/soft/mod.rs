@@ -9,16 +9,10 @@
 //! * data moves by copying into and out of ring slots; the sender's completion is generated when
 //!   the receiver has consumed the message into a posted receive (the RC ACK);
 //! * work moves when the application posts or polls (no system call on that path) and otherwise
-//!   in a per-process progress thread ([`engine`]) that sleeps in `epoll_wait` and is woken through
-//!   an eventfd only when it has said, in shared memory, that it is asleep.
+//!   in the per-process progress thread ([`crate::runtime::engine`]) that sleeps in `epoll_wait`
+//!   and is woken through an eventfd only when it has said, in shared memory, that it is asleep.
 
-pub mod accept;
-pub mod access;
 pub mod datagram;
-pub mod engine;
-pub mod fork;
 pub mod link;
 pub mod ring;
 pub mod segcheck;
-pub mod shm;
-pub mod unix;
