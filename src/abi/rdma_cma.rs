@@ -36,6 +36,7 @@ entry! {
     }
 
     fn rdma_create_id(ch: *mut rdma_event_channel, id: *mut *mut rdma_cm_id, context: *mut c_void, ps: u32) -> MinusOne {
+        crate::abi::init();
         // SAFETY: id is NULL or a valid out-pointer.
         let out_id = unsafe { out(id) }?;
         let channel = if ch.is_null() { None } else { Some(id::channel(ch)?) };
@@ -151,6 +152,7 @@ entry! {
     }
 
     fn rdma_get_devices(num: *mut c_int) -> NullOr<*mut ibv_context> {
+        crate::abi::init();
         let ctx = cm_context()?;
         // SAFETY: malloc of two pointers; freed by rdma_free_devices.
         let list = unsafe { libc::malloc(2 * std::mem::size_of::<*mut ibv_context>()) } as *mut *mut ibv_context;
@@ -331,6 +333,7 @@ entry! {
     }
 
     fn rdma_create_ep(id: *mut *mut rdma_cm_id, res: *mut rdma_addrinfo, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> MinusOne {
+        crate::abi::init();
         // SAFETY: id is NULL or a valid out-pointer; res is NULL or valid.
         let (out_id, ai) = unsafe { (out(id)?, arg(res)?) };
         let addr = |p: *mut sockaddr| -> Result<Option<std::net::SocketAddr>> {

@@ -206,7 +206,8 @@ entry! {
     }
 
     fn ibv_open_device(dev: *mut ibv_device) -> NullOr<ibv_context> {
-        Context::open(dev, context_ops())
+        crate::abi::init();
+        Context::open(dev)
     }
 
     fn ibv_close_device(context: *mut ibv_context) -> MinusOne {
@@ -533,12 +534,6 @@ entry! {
             // SAFETY: the SGE array holds num_sge entries.
             let r = unsafe { read_sgl(w.sg_list, w.num_sge) }
                 .and_then(|sges| s.post(vec![RecvWqe { wr_id: w.wr_id, sges }]).map_err(|(_, e)| e));
-            if r.is_ok() && s.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                // A QP waits for a receive (RNR): it must see this one even if nobody polls.
-                if let Ok(e) = crate::runtime::engine::engine() {
-                    e.kick();
-                }
-            }
             if let Err(e) = r {
                 // SAFETY: bad_wr is NULL or a valid out-pointer.
                 if let Some(b) = unsafe { bad_wr.as_mut() } {

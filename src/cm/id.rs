@@ -121,7 +121,7 @@ fn cm_device() -> Result<(usize, usize)> {
             return Ok((dev.ctx, dev.pd));
         }
     }
-    let ctx = device::Context::open(device::device_ptr(), crate::abi::verbs::context_ops())?;
+    let ctx = device::Context::open(device::device_ptr())?;
     let c = objects().contexts.get(ctx)?;
     let pd = crate::verbs::pd::Pd::alloc(c)?;
     *d = Some((generation, CmDevice { ctx: ctx as usize, pd: pd as usize }));

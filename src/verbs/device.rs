@@ -122,22 +122,41 @@ pub struct Context {
     pub events: super::async_event::AsyncQueue,
 }
 
+/// The C ops tables every context carries. They are functions of the C boundary, which registers
+/// them here once (so this layer fills contexts without naming the layer above it).
+pub struct ContextOps {
+    /// `ibv_context.ops`: the calls that programs inline (post/poll/notify).
+    pub ops: ibv_context_ops,
+    /// Fills the `verbs_context` extension ops.
+    pub fill_ex: fn(&mut verbs_context),
+}
+
+static OPS: std::sync::OnceLock<ContextOps> = std::sync::OnceLock::new();
+
+/// Registers the ops tables (the first registration wins; later calls cost one atomic load).
+pub fn register_ops(make: impl FnOnce() -> ContextOps) {
+    OPS.get_or_init(make);
+}
+
 impl Context {
     pub fn ptr(&self) -> *mut ibv_context {
         // SAFETY: the context field lies inside the live verbs_context allocation.
         unsafe { std::ptr::addr_of_mut!((*self.vctx.as_ptr()).context) }
     }
 
-    pub fn open(device: *mut ibv_device, ops: ibv_context_ops) -> Result<*mut ibv_context> {
+    /// Opens a context carrying the ops tables registered with [`register_ops`] (`ENODEV` if the
+    /// C boundary never registered them).
+    pub fn open(device: *mut ibv_device) -> Result<*mut ibv_context> {
         if !is_device(device) {
             return Err(Errno::EINVAL);
         }
+        let ops = OPS.get().ok_or(Errno::ENODEV)?;
         let events = super::async_event::AsyncQueue::new()?;
         let mut vctx: CBox<verbs_context> = CBox::zeroed();
         let v = vctx.init();
         v.sz = std::mem::size_of::<verbs_context>();
         v.context.device = device;
-        v.context.ops = ops;
+        v.context.ops = ops.ops;
         v.context.cmd_fd = -1;
         v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
@@ -145,7 +164,7 @@ impl Context {
         v.context.abi_compat = usize::MAX as *mut libc::c_void;
         // Extended verbs: the ops the inline wrappers of verbs.h call (ibv_query_port,
         // ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex); the others stay NULL.
-        crate::abi::verbs_ex::fill_context_ops(v);
+        (ops.fill_ex)(v);
         let ctx = Arc::new(Context { vctx, events });
         let p = ctx.ptr();
         objects().contexts.insert(p as usize, ctx);

@@ -73,7 +73,24 @@ impl Srq {
     }
 
     /// Posts receives: `Err((index, errno))` names the first refused request.
+    /// A QP that found the queue empty (RNR) is woken once a receive is queued.
     pub fn post(&self, wqes: Vec<RecvWqe>) -> std::result::Result<(), (usize, Errno)> {
+        let mut pushed = 0;
+        let r = self.push(wqes, &mut pushed);
+        if pushed > 0 && self.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            // It must see the new receive even if nobody polls.
+            if let Ok(e) = crate::runtime::engine::engine() {
+                e.kick();
+            }
+        }
+        r
+    }
+
+    fn push(
+        &self,
+        wqes: Vec<RecvWqe>,
+        pushed: &mut usize,
+    ) -> std::result::Result<(), (usize, Errno)> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         for (i, w) in wqes.into_iter().enumerate() {
             if w.sges.len() > self.max_sge as usize {
@@ -83,6 +100,7 @@ impl Srq {
                 return Err((i, Errno::ENOMEM));
             }
             q.push_back(w);
+            *pushed += 1;
         }
         Ok(())
     }
