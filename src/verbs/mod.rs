@@ -13,6 +13,7 @@ pub mod qp;
 pub mod qp_ex;
 pub mod rc;
 mod rc_recv;
+pub mod send_wr;
 pub mod srq;
 pub mod ud;
 
