@@ -6,6 +6,7 @@ use crate::abi::{
     arg, out, Infallible, MinusOne, NegativeErrno, Nothing, NullOr, PositiveErrno, Value,
 };
 use crate::errno::{Errno, Result};
+use crate::provider::RecvWqe;
 use crate::sys::*;
 use crate::verbs::ah::Ah;
 use crate::verbs::cq::{CompChannel, Cq};
@@ -13,7 +14,7 @@ use crate::verbs::device::{self, Context};
 use crate::verbs::mr::Mr;
 use crate::verbs::objects;
 use crate::verbs::pd::Pd;
-use crate::verbs::qp::{Qp, RecvWqe};
+use crate::verbs::qp::Qp;
 use crate::verbs::send_wr::{read_send_wr, read_sgl};
 use crate::verbs::srq::Srq;
 use crate::verbs::ud;

@@ -17,7 +17,7 @@ pub const MAX_QP_WR: u32 = 16384;
 pub const MAX_SGE: u32 = 32;
 pub const MAX_CQE: u32 = 0x3fffff;
 pub const MAX_INLINE: u32 = 1024;
-pub const MAX_MSG: u32 = 1 << 31;
+pub const MAX_MSG: u32 = crate::provider::wr::MAX_MSG;
 pub const GID_TABLE_LEN: usize = 16;
 /// `IBV_LINK_LAYER_ETHERNET` (an anonymous enum in verbs.h, so bindgen does not emit it).
 pub const LINK_LAYER_ETHERNET: u8 = 2;
@@ -120,6 +120,8 @@ pub struct Context {
     pub vctx: CBox<verbs_context>,
     /// Asynchronous events; its eventfd is `async_fd`.
     pub events: super::async_event::AsyncQueue,
+    /// The provider behind the device.
+    pub provider: &'static dyn crate::provider::Provider,
 }
 
 /// The C ops tables every context carries. They are functions of the C boundary, which registers
@@ -165,7 +167,7 @@ impl Context {
         // Extended verbs: the ops the inline wrappers of verbs.h call (ibv_query_port,
         // ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex); the others stay NULL.
         (ops.fill_ex)(v);
-        let ctx = Arc::new(Context { vctx, events });
+        let ctx = Arc::new(Context { vctx, events, provider: &crate::provider::soft::SOFT });
         let p = ctx.ptr();
         objects().contexts.insert(p as usize, ctx);
         Ok(p)

@@ -123,8 +123,7 @@ pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
     let mut t: ibv_qp_ex = unsafe { std::mem::zeroed() };
     fill(&mut t);
     let start = offset_of!(ibv_qp_ex, wr_atomic_cmp_swp);
-    {
-        let _st = qp.lock_state();
+    qp.with_modify_lock(|| {
         // SAFETY: both structs are live ibv_qp_ex; the range lies within them. We hold the QP's
         // lock; C reads these pointers only once the QP is handed to it by our caller.
         unsafe {
@@ -134,7 +133,7 @@ pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
                 std::mem::size_of::<ibv_qp_ex>() - start,
             )
         };
-    }
+    });
     let x =
         Arc::new(QpEx { qp: Arc::downgrade(qp), addr, pending: Mutex::new(Pending::default()) });
     map.insert(addr, x.clone());
@@ -252,13 +251,13 @@ impl QpEx {
             b.check(&qp)?;
         }
         if !ud {
-            let st = qp.lock_state();
-            match st.state {
+            let state = qp.state();
+            match state {
                 ibv_qp_state::IBV_QPS_RTS | ibv_qp_state::IBV_QPS_ERR => {}
                 _ => return Err(Errno::EINVAL),
             }
-            if st.state == ibv_qp_state::IBV_QPS_RTS
-                && st.sq.len() + st.inflight.len() + p.wrs.len() > qp.cap.max_send_wr as usize
+            if state == ibv_qp_state::IBV_QPS_RTS
+                && qp.sq_outstanding() + p.wrs.len() as u64 > qp.cap.max_send_wr as u64
             {
                 return Err(Errno::ENOMEM);
             }

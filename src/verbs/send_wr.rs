@@ -2,12 +2,13 @@
 //! `ibv_wr_*` posting API (`qp_ex.rs`) both make their [`SendWqe`] here, so a request is read,
 //! copied (inline data) and checked the same way whichever API posted it.
 
+use super::ah::Ah;
 use super::objects;
-use super::qp::{Qp, Sgl};
-use super::rc::{InlineData, Payload, SendWqe};
-use super::ud::UdDest;
+use super::qp::Qp;
 use crate::errno::{Errno, Result};
+use crate::provider::{InlineData, Payload, SendWqe, Sge, Sgl};
 use crate::sys::*;
+use std::sync::Arc;
 
 use ibv_wr_opcode::*;
 
@@ -50,6 +51,8 @@ pub struct SendWr {
     inline_flag: bool,
     /// A UD destination was given (it may still have been refused).
     has_ud: bool,
+    /// The UD destination (address handle, remote QPN and qkey), resolved by `finish`.
+    ud: Option<(Arc<Ah>, u32, u32)>,
     /// The data given cannot be posted (a NULL inline buffer, inline data for a READ, …).
     refused: bool,
 }
@@ -78,7 +81,7 @@ impl SendWr {
                 signaled: f(ibv_send_flags::IBV_SEND_SIGNALED),
                 solicited: f(ibv_send_flags::IBV_SEND_SOLICITED),
                 imm: op.imm,
-                payload: Payload::Sges(Sgl::Many(Vec::new())),
+                payload: Payload::Sges(Sgl::empty()),
                 len: 0,
                 remote_addr: op.remote_addr,
                 rkey: op.rkey,
@@ -90,6 +93,7 @@ impl SendWr {
             num_sge: 0,
             inline_flag: f(ibv_send_flags::IBV_SEND_INLINE),
             has_ud: false,
+            ud: None,
             refused: false,
         })
     }
@@ -114,12 +118,12 @@ impl SendWr {
                 Ok(v) => Payload::Inline(v),
                 Err(e) => {
                     self.refused = true;
-                    self.wqe.payload = Payload::Sges(Sgl::Many(Vec::new()));
+                    self.wqe.payload = Payload::Sges(Sgl::empty());
                     return Err(e);
                 }
             }
         } else {
-            Payload::Sges(Sgl::from_slice(sges))
+            Payload::Sges(sgl_of(sges))
         };
         Ok(())
     }
@@ -158,7 +162,7 @@ impl SendWr {
     ) -> Result<()> {
         self.has_ud = true;
         let ah = objects().ahs.get(ah);
-        self.wqe.ud = ah.as_ref().ok().map(|ah| UdDest { ah: ah.clone(), remote_qpn, remote_qkey });
+        self.ud = ah.as_ref().ok().map(|ah| (ah.clone(), remote_qpn, remote_qkey));
         ah.map(|_| ())
     }
 
@@ -173,7 +177,7 @@ impl SendWr {
             return Err(Errno::EINVAL);
         }
         if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
-            if !self.has_ud || w.ud.is_none() {
+            if !self.has_ud || self.ud.is_none() {
                 return Err(Errno::EINVAL);
             }
             if !matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
@@ -186,8 +190,10 @@ impl SendWr {
     /// The request and its SGE count, for `Qp::post_send`. An RC QP ignores a UD destination,
     /// as it ignores `wr.ud`.
     pub fn finish(mut self, qp: &Qp) -> (SendWqe, usize) {
-        if qp.qp_type != ibv_qp_type::IBV_QPT_UD {
-            self.wqe.ud = None;
+        if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
+            if let Some((ah, qpn, qkey)) = &self.ud {
+                self.wqe.ud = Some(super::ud::resolve(ah, *qpn, *qkey));
+            }
         }
         (self.wqe, self.num_sge)
     }
@@ -215,7 +221,16 @@ unsafe fn sge_slice<'a>(sg: *const ibv_sge, n: i32) -> Result<&'a [ibv_sge]> {
 pub unsafe fn read_sgl(sg: *const ibv_sge, n: i32) -> Result<Sgl> {
     // SAFETY: per the function's contract.
     let s = unsafe { sge_slice(sg, n) }?;
-    Ok(if s.is_empty() { Sgl::Many(Vec::new()) } else { Sgl::from_slice(s) })
+    Ok(sgl_of(s))
+}
+
+/// A C scatter/gather array as the provider's list (one entry needs no allocation).
+pub fn sgl_of(s: &[ibv_sge]) -> Sgl {
+    let sge = |e: &ibv_sge| Sge { addr: e.addr, length: e.length, lkey: e.lkey };
+    match s {
+        [one] => Sgl::One(sge(one)),
+        _ => Sgl::Many(s.iter().map(sge).collect()),
+    }
 }
 
 /// Builds the request an `ibv_send_wr` describes for `qp` and checks it.

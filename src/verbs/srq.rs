@@ -2,9 +2,9 @@
 
 use super::objects;
 use super::pd::Pd;
-use super::qp::RecvWqe;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
+use crate::provider::{RecvWqe, SharedRecvQueue};
 use crate::sys::*;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -79,9 +79,7 @@ impl Srq {
         let r = self.push(wqes, &mut pushed);
         if pushed > 0 && self.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
             // It must see the new receive even if nobody polls.
-            if let Ok(e) = crate::runtime::engine::engine() {
-                e.kick();
-            }
+            self.pd.ctx.provider.progress();
         }
         r
     }
@@ -122,5 +120,19 @@ impl Srq {
             ));
         }
         Some(w)
+    }
+}
+
+impl SharedRecvQueue for Srq {
+    fn pop(&self) -> Option<RecvWqe> {
+        Srq::pop(self)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    fn set_starved(&self) {
+        self.starved.store(true, std::sync::atomic::Ordering::Release);
     }
 }

@@ -14,5 +14,35 @@
 
 pub mod datagram;
 pub mod link;
+pub mod qp;
+mod rc;
+mod rc_recv;
 pub mod ring;
 pub mod segcheck;
+mod ud;
+
+use crate::errno::Result;
+use crate::provider::{Provider, QpInit, TransportQp};
+use std::sync::Arc;
+
+/// The soft provider's operations.
+pub struct Soft;
+
+/// The one instance (the provider keeps no per-device state of its own).
+pub static SOFT: Soft = Soft;
+
+impl Provider for Soft {
+    fn name(&self) -> &'static str {
+        "soft"
+    }
+
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn TransportQp>> {
+        Ok(qp::SoftQp::create(init)?)
+    }
+
+    fn progress(&self) {
+        if let Ok(e) = crate::runtime::engine::engine() {
+            e.kick();
+        }
+    }
+}
