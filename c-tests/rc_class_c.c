@@ -168,6 +168,7 @@ int main(void)
 	CHECK(devs && n > 0, "no device");
 	ctx = ibv_open_device(devs[0]);
 	CHECK(ctx, "open_device");
+	ibv_free_device_list(devs);
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "alloc_pd");
 	size_t big = 1 << 20;

@@ -186,6 +186,7 @@ int main(void)
 	CHECK(list && n >= 1, "device list");
 	vctx = ibv_open_device(list[0]);
 	CHECK(vctx, "open_device");
+	ibv_free_device_list(list);
 	comp_ch = ibv_create_comp_channel(vctx);
 	CHECK(comp_ch, "create_comp_channel");
 	expect_eintr("ibv_get_cq_event", get_cq_event, NULL);

@@ -153,7 +153,10 @@ entry! {
 
     fn rdma_get_devices(num: *mut c_int) -> NullOr<*mut ibv_context> {
         crate::abi::init();
-        let ctx = cm_context()?;
+        let ctx = match crate::verbs::device::device_list() {
+            Some(_) => Some(cm_context()?),
+            None => None, // RDMASHIM_PROVIDER selects no provider: an empty list
+        };
         // SAFETY: malloc of two pointers; freed by rdma_free_devices.
         let list = unsafe { libc::malloc(2 * std::mem::size_of::<*mut ibv_context>()) } as *mut *mut ibv_context;
         if list.is_null() {
@@ -161,12 +164,12 @@ entry! {
         }
         // SAFETY: list holds two slots.
         unsafe {
-            *list = ctx;
+            *list = ctx.unwrap_or(std::ptr::null_mut());
             *list.add(1) = std::ptr::null_mut();
         }
         // SAFETY: num is NULL or a valid out-pointer.
         if let Some(n) = unsafe { num.as_mut() } {
-            *n = 1;
+            *n = ctx.is_some() as c_int;
         }
         Ok(list)
     }

@@ -74,14 +74,15 @@ entry! {
         if list.is_null() {
             return Err(Errno::ENOMEM);
         }
+        let dev = device::device_list();
         // SAFETY: list holds two slots.
         unsafe {
-            *list = device::device_ptr();
+            *list = dev.unwrap_or(std::ptr::null_mut());
             *list.add(1) = std::ptr::null_mut();
         }
         // SAFETY: num is NULL or a valid out-pointer.
         if let Some(n) = unsafe { num.as_mut() } {
-            *n = 1;
+            *n = dev.is_some() as c_int;
         }
         Ok(list)
     }

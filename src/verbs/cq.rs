@@ -1,8 +1,9 @@
 //! Completion queues and completion channels.
 //!
 //! **Lock order** (outer first; never take an earlier lock while holding a later one):
-//! QP state (`Qp::st`) -> CQ state (`Cq::st`) -> an `FdQueue`'s items (completion channel,
-//! async events). An SRQ's two locks are taken one at a time under a QP state lock and released
+//! verbs QP attribute record (modify only) -> the provider's QP state (`SoftQp::st`; the provider
+//! pushes completions through `CompletionSink` with it held) -> CQ state (`Cq::st`) -> an
+//! `FdQueue`'s items (completion channel, async events). An SRQ's two locks are taken one at a time under a QP state lock and released
 //! before anything else is taken. `Cq::qps` (the QPs feeding a CQ) is a leaf: it is held
 //! only to copy the list or to find a QP, never while another of these locks is taken. So
 //! `poll` retires send queue entries after dropping the CQ state lock, and `progress_qps` runs

@@ -140,6 +140,11 @@ pub fn register_ops(make: impl FnOnce() -> ContextOps) {
     OPS.get_or_init(make);
 }
 
+/// The devices to list: ours, unless `RDMASHIM_PROVIDER` selects no provider.
+pub fn device_list() -> Option<*mut ibv_device> {
+    crate::provider::selected().map(|_| device_ptr())
+}
+
 impl Context {
     pub fn ptr(&self) -> *mut ibv_context {
         // SAFETY: the context field lies inside the live verbs_context allocation.
@@ -147,12 +152,13 @@ impl Context {
     }
 
     /// Opens a context carrying the ops tables registered with [`register_ops`] (`ENODEV` if the
-    /// C boundary never registered them).
+    /// C boundary never registered them, or if `RDMASHIM_PROVIDER` selects no provider).
     pub fn open(device: *mut ibv_device) -> Result<*mut ibv_context> {
         if !is_device(device) {
             return Err(Errno::EINVAL);
         }
         let ops = OPS.get().ok_or(Errno::ENODEV)?;
+        let provider = crate::provider::selected().ok_or(Errno::ENODEV)?;
         let events = super::async_event::AsyncQueue::new()?;
         let mut vctx: CBox<verbs_context> = CBox::zeroed();
         let v = vctx.init();
@@ -167,7 +173,7 @@ impl Context {
         // Extended verbs: the ops the inline wrappers of verbs.h call (ibv_query_port,
         // ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex); the others stay NULL.
         (ops.fill_ex)(v);
-        let ctx = Arc::new(Context { vctx, events, provider: &crate::provider::soft::SOFT });
+        let ctx = Arc::new(Context { vctx, events, provider });
         let p = ctx.ptr();
         objects().contexts.insert(p as usize, ctx);
         Ok(p)

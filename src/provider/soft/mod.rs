@@ -1,4 +1,15 @@
-//! The embedded software provider.
+//! The embedded software provider: the [`Soft`] implementation of the provider seam
+//! (`crate::provider`).
+//!
+//! * [`qp`]: a soft QP (`TransportQp`): its QPN and socket, the `BY_QPN` table that leads a
+//!   peer's handshake to it, the link handshake at RTR, the move to ERR and its flushes;
+//! * `rc` (requester: segments into the ring, completions in order, RNR and transport timers)
+//!   and `rc_recv` (responder: every segment checked by [`segcheck`], then executed);
+//! * `ud` (datagrams, GRH, qkey) over [`datagram`]; [`ring`] and [`link`] are the shared-memory
+//!   rings and their handshake.
+//!
+//! It reaches memory, CQs, SRQs and async events only through the seam's traits, and the
+//! process-wide plumbing (progress engine, sockets, shm, fork) through `crate::runtime`.
 //!
 //! Same-host transport, one scheme for threads and processes alike:
 //! * every RC QP owns an abstract unix socket named after its QPN (so QPNs are unique per
