@@ -207,7 +207,7 @@ impl CmId {
             RDMA_CM_EVENT_MULTICAST_JOIN,
             0,
             EventParams {
-                qp_num: crate::provider::soft::datagram::MCAST_QPN,
+                qp_num: crate::provider::MCAST_QPN,
                 ud: Some((ah, UDP_QKEY)),
                 ud_context: Some(context as usize),
                 on_fetch: Some(Box::new(attach)),

@@ -20,6 +20,7 @@ pub mod wr;
 
 pub use wr::{
     Completion, InlineData, Payload, RecvWqe, SendWqe, Sge, Sgl, UdDest, GRH_LEN, INLINE_SMALL,
+    MCAST_QPN,
 };
 
 use crate::errno::Result;

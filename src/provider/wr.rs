@@ -4,6 +4,9 @@
 /// The largest message (`ibv_port_attr.max_msg_sz`).
 pub const MAX_MSG: u32 = 1 << 31;
 
+/// The destination QPN of a multicast send (IBA: the multicast QP, 0xFFFFFF).
+pub const MCAST_QPN: u32 = 0x00ff_ffff;
+
 /// The size of the Global Routing Header at the start of every UD receive buffer.
 pub const GRH_LEN: usize = 40;
 

@@ -11,8 +11,7 @@ const MAGIC: u32 = 0x5244_5544; // "RDUD"
 /// The message carries immediate data.
 pub const UD_IMM: u32 = 1;
 pub const UD_SOLICITED: u32 = 2;
-/// The QPN that addresses a multicast group.
-pub const MCAST_QPN: u32 = 0x00ff_ffff;
+pub use crate::provider::MCAST_QPN;
 /// Largest UD payload: the port's active MTU.
 pub const UD_MTU: usize = 4096;
 
