@@ -132,14 +132,14 @@ impl<T> Default for Registry<T> {
 
 /// Objects inherited across fork() belong to the parent: in a child they count as foreign.
 fn current() -> u64 {
-    crate::provider::soft::fork::generation()
+    crate::runtime::fork::generation()
 }
 
-use crate::provider::soft::fork::shared;
+use crate::runtime::fork::shared;
 
 impl<T> Registry<T> {
     pub fn insert(&self, addr: usize, obj: Arc<T>) {
-        crate::provider::soft::fork::install();
+        crate::runtime::fork::install();
         let _f = shared();
         let old =
             self.map.write().unwrap_or_else(|e| e.into_inner()).insert(addr, (current(), obj));

@@ -1,7 +1,9 @@
 //! rdmashim: a C-ABI-compatible librdmacm and libibverbs with an embedded software RDMA provider.
 //!
-//! Layers (data flows one way): [`abi`] (the C boundary, nothing else) → [`cm`] (connection
-//! manager) and [`verbs`] (transport-independent verbs semantics) → [`provider`] (the fabric).
+//! Layers (data flows one way, no module names a layer above it): [`abi`] (the C boundary,
+//! nothing else) → [`cm`] (connection manager) → [`verbs`] (what every provider shares) →
+//! [`provider`] (the seam and the fabric behind it); [`runtime`] (progress engine, sockets, shm)
+//! serves every layer below `abi`.
 //!
 //! # Safety vocabulary
 //! Exported functions take raw pointers from C. "A live handle" means a pointer this library
@@ -11,9 +13,9 @@
 pub mod abi;
 pub mod cm;
 pub mod errno;
-pub mod fdqueue;
 pub mod handle;
 pub mod provider;
+pub mod runtime;
 pub mod sys;
 pub mod verbs;
 

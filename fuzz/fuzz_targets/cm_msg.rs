@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdmashim::cm::proto::Msg;
-use rdmashim::provider::soft::unix::Pod;
+use rdmashim::runtime::unix::Pod;
 
 fuzz_target!(|data: &[u8]| {
     if let Some(m) = Msg::from_bytes(data) {

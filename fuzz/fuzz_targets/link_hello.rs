@@ -3,7 +3,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdmashim::provider::soft::link::Hello;
-use rdmashim::provider::soft::unix::Pod;
+use rdmashim::runtime::unix::Pod;
 
 fuzz_target!(|data: &[u8]| {
     if let Some(h) = Hello::from_bytes(data) {

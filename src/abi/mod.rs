@@ -17,6 +17,25 @@ pub mod rsocket;
 pub mod verbs;
 pub mod verbs_ex;
 
+/// Registers this layer's ops tables with verbs, which fills every context with them. Idempotent;
+/// every entry that can create a context calls it, and a constructor calls it at load time.
+pub fn init() {
+    crate::verbs::device::register_ops(|| crate::verbs::device::ContextOps {
+        ops: verbs::context_ops(),
+        fill_ex: verbs_ex::fill_context_ops,
+    });
+}
+
+extern "C" fn init_at_load() {
+    // A panic must not unwind out of a constructor; the entries call init() again anyway.
+    let _ = catch_unwind(init);
+}
+
+// Runs when the library is loaded (the staticlib is linked whole into the shared objects).
+#[used]
+#[link_section = ".init_array"]
+static INIT_AT_LOAD: extern "C" fn() = init_at_load;
+
 /// How a `Result` becomes a C return value.
 pub trait Convention {
     type Ok;

@@ -36,6 +36,7 @@ entry! {
     }
 
     fn rdma_create_id(ch: *mut rdma_event_channel, id: *mut *mut rdma_cm_id, context: *mut c_void, ps: u32) -> MinusOne {
+        crate::abi::init();
         // SAFETY: id is NULL or a valid out-pointer.
         let out_id = unsafe { out(id) }?;
         let channel = if ch.is_null() { None } else { Some(id::channel(ch)?) };
@@ -151,7 +152,11 @@ entry! {
     }
 
     fn rdma_get_devices(num: *mut c_int) -> NullOr<*mut ibv_context> {
-        let ctx = cm_context()?;
+        crate::abi::init();
+        let ctx = match crate::verbs::device::device_list() {
+            Some(_) => Some(cm_context()?),
+            None => None, // RDMASHIM_PROVIDER selects no provider: an empty list
+        };
         // SAFETY: malloc of two pointers; freed by rdma_free_devices.
         let list = unsafe { libc::malloc(2 * std::mem::size_of::<*mut ibv_context>()) } as *mut *mut ibv_context;
         if list.is_null() {
@@ -159,12 +164,12 @@ entry! {
         }
         // SAFETY: list holds two slots.
         unsafe {
-            *list = ctx;
+            *list = ctx.unwrap_or(std::ptr::null_mut());
             *list.add(1) = std::ptr::null_mut();
         }
         // SAFETY: num is NULL or a valid out-pointer.
         if let Some(n) = unsafe { num.as_mut() } {
-            *n = 1;
+            *n = ctx.is_some() as c_int;
         }
         Ok(list)
     }
@@ -331,6 +336,7 @@ entry! {
     }
 
     fn rdma_create_ep(id: *mut *mut rdma_cm_id, res: *mut rdma_addrinfo, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> MinusOne {
+        crate::abi::init();
         // SAFETY: id is NULL or a valid out-pointer; res is NULL or valid.
         let (out_id, ai) = unsafe { (out(id)?, arg(res)?) };
         let addr = |p: *mut sockaddr| -> Result<Option<std::net::SocketAddr>> {

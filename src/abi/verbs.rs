@@ -6,6 +6,7 @@ use crate::abi::{
     arg, out, Infallible, MinusOne, NegativeErrno, Nothing, NullOr, PositiveErrno, Value,
 };
 use crate::errno::{Errno, Result};
+use crate::provider::RecvWqe;
 use crate::sys::*;
 use crate::verbs::ah::Ah;
 use crate::verbs::cq::{CompChannel, Cq};
@@ -13,10 +14,10 @@ use crate::verbs::device::{self, Context};
 use crate::verbs::mr::Mr;
 use crate::verbs::objects;
 use crate::verbs::pd::Pd;
-use crate::verbs::qp::{Qp, RecvWqe, Sgl};
-use crate::verbs::rc::{InlineData, Payload, SendWqe};
+use crate::verbs::qp::Qp;
+use crate::verbs::send_wr::{read_send_wr, read_sgl};
 use crate::verbs::srq::Srq;
-use crate::verbs::ud::{self, UdDest};
+use crate::verbs::ud;
 use crate::{entry, unimplemented_entry};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::ffi::CStr;
@@ -60,98 +61,6 @@ fn check_port(port: u8) -> Result<()> {
     }
 }
 
-/// Reads a C scatter/gather array.
-///
-/// # Safety
-/// `sg` is valid for `n` entries when `n > 0`.
-unsafe fn read_sgl(sg: *const ibv_sge, n: c_int) -> Result<Sgl> {
-    if n < 0 || (n > 0 && sg.is_null()) {
-        return Err(Errno::EINVAL);
-    }
-    if n == 0 {
-        return Ok(Sgl::Many(Vec::new()));
-    }
-    // SAFETY: per the function's contract.
-    Ok(Sgl::from_slice(unsafe { std::slice::from_raw_parts(sg, n as usize) }))
-}
-
-/// Converts one send work request.
-///
-/// # Safety
-/// `wr` is a valid work request; its SGE array and, for inline sends, the buffers are readable.
-unsafe fn read_send_wr(wr: &ibv_send_wr, is_ud: bool) -> Result<(SendWqe, usize)> {
-    use ibv_wr_opcode::*;
-    // SAFETY: for the *_WITH_IMM opcodes the union holds imm_data (read only for them).
-    let imm_data = unsafe { wr.imm_data_invalidated_rkey_union.imm_data };
-    let (imm, remote_addr, rkey, compare_add, swap) = match wr.opcode {
-        IBV_WR_SEND => (None, 0, 0, 0, 0),
-        IBV_WR_SEND_WITH_IMM => (Some(imm_data), 0, 0, 0, 0),
-        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_READ | IBV_WR_RDMA_WRITE_WITH_IMM => {
-            // SAFETY: RDMA opcodes use the wr.rdma member of the union.
-            let r = unsafe { wr.wr.rdma };
-            let imm = (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM).then_some(imm_data);
-            (imm, r.remote_addr, r.rkey, 0, 0)
-        }
-        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
-            // SAFETY: atomic opcodes use the wr.atomic member of the union.
-            let a = unsafe { wr.wr.atomic };
-            (None, a.remote_addr, a.rkey, a.compare_add, a.swap)
-        }
-        // Memory windows, invalidation, TSO and the rest are not supported by this provider.
-        _ => return Err(Errno::EINVAL),
-    };
-    let flags = wr.send_flags;
-    // SAFETY: per the function's contract.
-    let sgl = unsafe { read_sgl(wr.sg_list, wr.num_sge) }?;
-    let len: u64 = sgl.as_slice().iter().map(|s| s.length as u64).sum();
-    let atomic = matches!(wr.opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD);
-    if atomic && (wr.num_sge != 1 || len != 8) {
-        return Err(Errno::EINVAL);
-    }
-    let inline = flags & ibv_send_flags::IBV_SEND_INLINE.0 != 0
-        && matches!(
-            wr.opcode,
-            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
-        );
-    let payload = if inline {
-        let bufs = sgl.as_slice().iter().map(|s| (s.addr as *const u8, s.length as usize));
-        // SAFETY: an inline send's buffers are readable at post time (the verbs contract).
-        Payload::Inline(unsafe { InlineData::gather(bufs) }?)
-    } else {
-        Payload::Sges(sgl)
-    };
-    let ud = if is_ud {
-        // SAFETY: a UD QP's work requests use the wr.ud member of the union.
-        let u = unsafe { wr.wr.ud };
-        Some(UdDest {
-            ah: objects().ahs.get(u.ah)?,
-            remote_qpn: u.remote_qpn,
-            remote_qkey: u.remote_qkey,
-        })
-    } else {
-        None
-    };
-    let n = wr.num_sge as usize;
-    Ok((
-        SendWqe {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            signaled: flags & ibv_send_flags::IBV_SEND_SIGNALED.0 != 0,
-            solicited: flags & ibv_send_flags::IBV_SEND_SOLICITED.0 != 0,
-            imm,
-            payload,
-            len,
-            remote_addr,
-            rkey,
-            compare_add,
-            swap,
-            ud,
-            seq: 0,
-        },
-        n,
-    ))
-}
-
 macro_rules! cstr_table {
     ($v:expr, $default:expr, { $($k:pat => $s:expr),* $(,)? }) => {
         match $v { $($k => $s.as_ptr(),)* _ => $default.as_ptr() }
@@ -165,14 +74,15 @@ entry! {
         if list.is_null() {
             return Err(Errno::ENOMEM);
         }
+        let dev = device::device_list();
         // SAFETY: list holds two slots.
         unsafe {
-            *list = device::device_ptr();
+            *list = dev.unwrap_or(std::ptr::null_mut());
             *list.add(1) = std::ptr::null_mut();
         }
         // SAFETY: num is NULL or a valid out-pointer.
         if let Some(n) = unsafe { num.as_mut() } {
-            *n = 1;
+            *n = dev.is_some() as c_int;
         }
         Ok(list)
     }
@@ -206,7 +116,8 @@ entry! {
     }
 
     fn ibv_open_device(dev: *mut ibv_device) -> NullOr<ibv_context> {
-        Context::open(dev, context_ops())
+        crate::abi::init();
+        Context::open(dev)
     }
 
     fn ibv_close_device(context: *mut ibv_context) -> MinusOne {
@@ -450,9 +361,8 @@ entry! {
         while !cur.is_null() {
             // SAFETY: cur walks the caller's NULL-terminated list of valid work requests.
             let w = unsafe { &*cur };
-            let is_ud = q.qp_type == ibv_qp_type::IBV_QPT_UD;
             // SAFETY: w's SGEs and inline buffers are valid per the verbs contract.
-            let r = unsafe { read_send_wr(w, is_ud) }.and_then(|(wqe, n)| q.post_send(wqe, n));
+            let r = unsafe { read_send_wr(&q, w) }.and_then(|(wqe, n)| q.post_send(wqe, n));
             if let Err(e) = r {
                 // SAFETY: bad_wr is NULL or a valid out-pointer.
                 if let Some(b) = unsafe { bad_wr.as_mut() } {
@@ -533,12 +443,6 @@ entry! {
             // SAFETY: the SGE array holds num_sge entries.
             let r = unsafe { read_sgl(w.sg_list, w.num_sge) }
                 .and_then(|sges| s.post(vec![RecvWqe { wr_id: w.wr_id, sges }]).map_err(|(_, e)| e));
-            if r.is_ok() && s.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                // A QP waits for a receive (RNR): it must see this one even if nobody polls.
-                if let Ok(e) = crate::provider::soft::engine::engine() {
-                    e.kick();
-                }
-            }
             if let Err(e) = r {
                 // SAFETY: bad_wr is NULL or a valid out-pointer.
                 if let Some(b) = unsafe { bad_wr.as_mut() } {

@@ -7,8 +7,8 @@
 
 use super::id::CmId;
 use crate::errno::{Errno, Result};
-use crate::fdqueue::FdQueue;
 use crate::handle::{CBox, Registry};
+use crate::runtime::fdqueue::FdQueue;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::sync::Arc;

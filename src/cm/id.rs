@@ -4,9 +4,9 @@ use super::channel::{Event, EventChannel, CHANNELS, EVENT_PRIVATE};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::handle::{pod_copy, CBox, CData, Registry};
-use crate::provider::soft::accept::Acceptor;
-use crate::provider::soft::engine::engine;
-use crate::provider::soft::unix::{self, Pod};
+use crate::runtime::accept::Acceptor;
+use crate::runtime::engine::engine;
+use crate::runtime::unix::{self, Pod};
 use crate::sys::*;
 use crate::verbs::{device, objects, qp};
 use once_cell::sync::Lazy;
@@ -114,14 +114,14 @@ struct CmDevice {
 static CM_DEVICE: Mutex<Option<(u64, CmDevice)>> = Mutex::new(None);
 
 fn cm_device() -> Result<(usize, usize)> {
-    let generation = crate::provider::soft::fork::generation();
+    let generation = crate::runtime::fork::generation();
     let mut d = lock(&CM_DEVICE);
     if let Some((g, dev)) = d.as_ref() {
         if *g == generation {
             return Ok((dev.ctx, dev.pd));
         }
     }
-    let ctx = device::Context::open(device::device_ptr(), crate::abi::verbs::context_ops())?;
+    let ctx = device::Context::open(device::device_ptr())?;
     let c = objects().contexts.get(ctx)?;
     let pd = crate::verbs::pd::Pd::alloc(c)?;
     *d = Some((generation, CmDevice { ctx: ctx as usize, pd: pd as usize }));

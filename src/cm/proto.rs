@@ -1,6 +1,6 @@
 //! The CM wire messages exchanged over a connection's socket.
 
-use crate::provider::soft::unix::Pod;
+use crate::runtime::unix::Pod;
 
 pub const REQ: u32 = 1;
 pub const REP: u32 = 2;

@@ -7,7 +7,7 @@
 use super::id::{addr_to_wire, gid_of_addr, lock, private_slice, CmId, EventParams, State};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
-use crate::provider::soft::engine::engine;
+use crate::runtime::engine::engine;
 use crate::sys::*;
 use crate::verbs::{device, qp};
 use rdma_cm_event_type::*;
@@ -207,7 +207,7 @@ impl CmId {
             RDMA_CM_EVENT_MULTICAST_JOIN,
             0,
             EventParams {
-                qp_num: crate::provider::soft::datagram::MCAST_QPN,
+                qp_num: crate::provider::MCAST_QPN,
                 ud: Some((ah, UDP_QKEY)),
                 ud_context: Some(context as usize),
                 on_fetch: Some(Box::new(attach)),

@@ -1,14 +1,185 @@
-//! RDMA providers: the fabric under the verbs layer.
+//! RDMA providers: the fabric under the verbs layer, behind one seam shaped like rdma-core's
+//! `verbs_context_ops`.
 //!
-//! `soft` is the embedded software provider (the default where no RDMA device exists, forced by
-//! `RDMASHIM_PROVIDER=soft`). Passthrough to real hardware (`native`) is not built yet.
+//! * [`Provider`] creates transport QPs and wakes its progress; [`TransportQp`] is one QP's data
+//!   path (state changes, post send/recv, progress, multicast, destroy).
+//! * What a provider needs from the layer above is a trait defined here and implemented by
+//!   verbs, so no import runs upwards: [`CompletionSink`] (a CQ), [`MemoryKeys`] (the MR key
+//!   table of a PD), [`SharedRecvQueue`] (an SRQ) and [`EventSink`] (a QP's async events and the
+//!   state changes the provider causes).
+//! * The vocabulary ([`wr`]): work requests, scatter/gather lists, inline data, completions.
+//!
+//! The QP handle holds its `Arc<dyn TransportQp>` and the provider holds its sinks as
+//! `Arc<dyn …>`: nothing is looked up per message. Lock order across the seam: docs/DESIGN-NOTES.md.
+//!
+//! `soft` is the embedded software provider (the default; `RDMASHIM_PROVIDER=soft`). Passthrough
+//! to real hardware (`native`) is not built yet: [`selected`] then offers no device.
 
 pub mod soft;
+pub mod wr;
 
-/// Which provider the environment asks for.
-pub fn selected() -> &'static str {
-    match std::env::var("RDMASHIM_PROVIDER").as_deref() {
-        Ok("native") => "native",
-        _ => "soft",
-    }
+pub use wr::{
+    Completion, InlineData, Payload, RecvWqe, SendWqe, Sge, Sgl, UdDest, GRH_LEN, INLINE_SMALL,
+    MCAST_QPN,
+};
+
+use crate::errno::Result;
+use std::io::Write;
+use std::sync::Arc;
+
+/// Access rights (the values of `ibv_access_flags`).
+pub const ACCESS_LOCAL_WRITE: u32 = 1;
+pub const ACCESS_REMOTE_WRITE: u32 = 2;
+pub const ACCESS_REMOTE_READ: u32 = 4;
+pub const ACCESS_REMOTE_ATOMIC: u32 = 8;
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessError {
+    /// Unknown key, other PD, or outside the region: a protection error.
+    Protection,
+    /// The region lacks the access right.
+    Access,
+}
+
+/// Keeps a checked memory region registered while the provider copies into or out of it.
+pub type Region = Arc<dyn std::any::Any + Send + Sync>;
+
+/// The memory keys of one protection domain (verbs keeps the table).
+pub trait MemoryKeys: Send + Sync {
+    /// Checks that `[addr, addr+len)` lies in region `key` of this PD with rights `need`.
+    fn lookup(
+        &self,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+    ) -> std::result::Result<Region, AccessError>;
+}
+
+/// Where a QP's completions go (a CQ). `push` takes only the CQ's own locks.
+pub trait CompletionSink: Send + Sync {
+    fn push(&self, c: Completion);
+}
+
+/// A shared receive queue the QP takes receives from. Its locks are leaves under the QP's.
+pub trait SharedRecvQueue: Send + Sync {
+    /// Takes the oldest receive (raising the SRQ limit event if armed and crossed).
+    fn pop(&self) -> Option<RecvWqe>;
+    fn is_empty(&self) -> bool;
+    /// A message waits for a receive (RNR): the next post must wake the provider's progress.
+    fn set_starved(&self);
+}
+
+/// QP states (IBA 10.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    Sqd,
+    Sqe,
+    Err,
+}
+
+/// The affiliated asynchronous errors a provider reports for a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpEvent {
+    /// The QP moved to ERR because of an error (`IBV_EVENT_QP_FATAL`).
+    Fatal,
+    /// A responder refused a remote access (`IBV_EVENT_QP_ACCESS_ERR`).
+    AccessError,
+    /// A responder refused an invalid request (`IBV_EVENT_QP_REQ_ERR`).
+    RequestError,
+}
+
+/// A QP's owner, told about events. Called with the provider's QP lock held: an implementation
+/// takes no lock that is held while calling into the provider.
+pub trait EventSink: Send + Sync {
+    /// The QP's state changed (through `modify`, or by the provider itself, e.g. to ERR).
+    fn state_changed(&self, s: QpState);
+    fn qp_event(&self, e: QpEvent);
+}
+
+/// The attributes of a QP the transport uses (the verbs layer keeps the full record).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QpAttrs {
+    pub qkey: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub min_rnr_timer: u8,
+    pub rnr_retry: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub max_rd_atomic: u8,
+}
+
+/// A modify as the verbs layer decides it: given the current state, the target state and the
+/// attributes to apply, or an errno (the transition is invalid).
+pub type ModifyFn<'a> = &'a mut dyn FnMut(QpState) -> Result<(QpState, QpAttrs)>;
+
+/// Admission of a send request, decided by the verbs layer from the current state (send-queue
+/// accounting): the request's send queue position, or an errno.
+pub type AdmitFn<'a> = &'a mut dyn FnMut(QpState) -> Result<u64>;
+
+/// What a transport QP is created with.
+pub struct QpInit {
+    pub ud: bool,
+    pub max_recv_wr: u32,
+    pub sq_sig_all: bool,
+    pub send_cq: Arc<dyn CompletionSink>,
+    pub recv_cq: Arc<dyn CompletionSink>,
+    pub keys: Arc<dyn MemoryKeys>,
+    pub srq: Option<Arc<dyn SharedRecvQueue>>,
+    pub events: Arc<dyn EventSink>,
+}
+
+/// One QP's data path.
+pub trait TransportQp: Send + Sync {
+    fn qpn(&self) -> u32;
+    fn state(&self) -> QpState;
+    /// Applies a state change under the QP's lock: `decide` gets the current state.
+    fn modify(&self, decide: ModifyFn<'_>) -> Result<()>;
+    /// Queues (or, in ERR, flushes) a request that `admit` accepts.
+    fn post_send(&self, wqe: SendWqe, admit: AdmitFn<'_>) -> Result<()>;
+    fn post_recv(&self, wqe: RecvWqe) -> Result<()>;
+    /// One pass of the data path; returns whether anything moved.
+    fn progress(&self) -> bool;
+    fn attach_mcast(&self, gid: [u8; 16]) -> Result<()>;
+    fn detach_mcast(&self, gid: [u8; 16]) -> Result<()>;
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: our own multicast sends are not looped back.
+    fn set_block_self_mcast(&self, v: bool);
+    /// Releases the QP's transport resources (its QPN, socket, link).
+    fn destroy(&self);
+}
+
+/// A provider: the device's data-path operations.
+pub trait Provider: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn TransportQp>>;
+    /// Makes pending work move soon even if nobody polls (wakes the progress thread).
+    fn progress(&self);
+}
+
+/// The provider `RDMASHIM_PROVIDER` asks for, read once per process where the device list is
+/// built: unset, empty or `soft` gives the soft provider; `native` (not implemented yet, issue
+/// 12) and any other value give none (no devices), with one line on stderr the first time.
+pub fn selected() -> Option<&'static dyn Provider> {
+    static CHOICE: std::sync::OnceLock<Option<&'static dyn Provider>> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        let v = std::env::var_os("RDMASHIM_PROVIDER");
+        let why = match v.as_deref().map(|s| s.to_str()) {
+            None | Some(Some("")) | Some(Some("soft")) => return Some(&soft::SOFT),
+            Some(Some("native")) => "is not implemented yet (issue 12)".to_string(),
+            _ => "is not a known provider (soft, native)".to_string(),
+        };
+        let shown = v.as_deref().map(|s| s.to_string_lossy()).unwrap_or_default();
+        // A closed stderr is no reason to fail: the empty device list says it too.
+        let _ = writeln!(
+            std::io::stderr(),
+            "rdmashim: RDMASHIM_PROVIDER={shown} {why}: no RDMA devices"
+        );
+        None
+    })
 }

@@ -3,10 +3,11 @@
 //!
 //! Generated: `IBV_EVENT_QP_FATAL` when a QP moves to the error state because of an error (not
 //! through `ibv_modify_qp`), as rxe does; `IBV_EVENT_QP_ACCESS_ERR` / `IBV_EVENT_QP_REQ_ERR` when
-//! a responder QP moves to ERR after refusing a request (rc_recv.rs); `IBV_EVENT_SRQ_LIMIT_REACHED`
+//! a responder QP moves to ERR after refusing a request (`provider/soft/rc_recv.rs`, reported
+//! through the QP's `EventSink`); `IBV_EVENT_SRQ_LIMIT_REACHED`
 //! when an armed SRQ drops below its limit (the limit then disarms, as the verbs spec says).
 
-use crate::fdqueue::FdQueue;
+use crate::runtime::fdqueue::FdQueue;
 use crate::sys::*;
 
 /// The object an event is about, by the address of its C struct.

@@ -1,8 +1,9 @@
 //! Completion queues and completion channels.
 //!
 //! **Lock order** (outer first; never take an earlier lock while holding a later one):
-//! QP state (`Qp::st`) -> CQ state (`Cq::st`) -> an `FdQueue`'s items (completion channel,
-//! async events). An SRQ's two locks are taken one at a time under a QP state lock and released
+//! verbs QP attribute record (modify only) -> the provider's QP state (`SoftQp::st`; the provider
+//! pushes completions through `CompletionSink` with it held) -> CQ state (`Cq::st`) -> an
+//! `FdQueue`'s items (completion channel, async events). An SRQ's two locks are taken one at a time under a QP state lock and released
 //! before anything else is taken. `Cq::qps` (the QPs feeding a CQ) is a leaf: it is held
 //! only to copy the list or to find a QP, never while another of these locks is taken. So
 //! `poll` retires send queue entries after dropping the CQ state lock, and `progress_qps` runs
@@ -18,47 +19,30 @@ use super::device::Context;
 use super::objects;
 use super::qp::Qp;
 use crate::errno::{Errno, Result};
-use crate::fdqueue::FdQueue;
 use crate::handle::CBox;
-use crate::provider::soft::engine::{ARMED_CQS, POLL_EPOCH};
+use crate::provider::{Completion, CompletionSink};
+use crate::runtime::engine::{ARMED_CQS, POLL_EPOCH};
+use crate::runtime::fdqueue::FdQueue;
 use crate::sys::*;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
-/// A work completion as the provider produces it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Wc {
-    pub wr_id: u64,
-    pub status: u32,
-    pub opcode: u32,
-    pub byte_len: u32,
-    pub imm: u32,
-    pub qp_num: u32,
-    pub src_qp: u32,
-    pub wc_flags: u32,
-    pub solicited: bool,
-    /// Send completions: the send queue position of the request (see `Qp::retire`), 0 else.
-    pub sq_seq: u64,
-}
-
-impl Wc {
-    pub fn write_to(&self, out: &mut ibv_wc) {
-        out.wr_id = self.wr_id;
-        out.status = self.status;
-        out.opcode = self.opcode;
-        out.vendor_err = 0;
-        out.byte_len = self.byte_len;
-        out.imm_data_invalidated_rkey_union =
-            imm_data_invalidated_rkey_union_t { imm_data: self.imm };
-        out.qp_num = self.qp_num;
-        out.src_qp = self.src_qp;
-        out.wc_flags = self.wc_flags;
-        out.pkey_index = 0;
-        out.slid = 0;
-        out.sl = 0;
-        out.dlid_path_bits = 0;
-    }
+/// Writes a provider completion as the `ibv_wc` C reads.
+pub fn write_wc(c: &Completion, out: &mut ibv_wc) {
+    out.wr_id = c.wr_id;
+    out.status = c.status;
+    out.opcode = c.opcode;
+    out.vendor_err = 0;
+    out.byte_len = c.byte_len;
+    out.imm_data_invalidated_rkey_union = imm_data_invalidated_rkey_union_t { imm_data: c.imm };
+    out.qp_num = c.qp_num;
+    out.src_qp = c.src_qp;
+    out.wc_flags = c.wc_flags;
+    out.pkey_index = 0;
+    out.slid = 0;
+    out.sl = 0;
+    out.dlid_path_bits = 0;
 }
 
 pub struct CompChannel {
@@ -127,7 +111,7 @@ impl CompChannel {
 #[derive(Default)]
 pub struct CqState {
     /// Completions with the time they were produced (0 unless the CQ asked for timestamps).
-    wcs: VecDeque<(Wc, u64)>,
+    wcs: VecDeque<(Completion, u64)>,
     /// 0: not armed; 1: next completion; 2: next solicited or error completion.
     armed: u8,
     pub events_read: u32,
@@ -283,7 +267,7 @@ impl Cq {
     }
 
     /// Adds a completion and raises the channel event if the CQ is armed for it.
-    pub fn push(&self, wc: Wc) {
+    pub fn push(&self, wc: Completion) {
         let ts = if self.stamp { super::cq_ex::now_ns() } else { 0 };
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.wcs.push_back((wc, ts));
@@ -327,7 +311,7 @@ impl Cq {
                     }
                 }
                 st.wcs.pop_front();
-                wc.write_to(&mut out[n]);
+                write_wc(&wc, &mut out[n]);
                 n += 1;
             }
         }
@@ -349,7 +333,7 @@ impl Cq {
 
     /// Extended polling: takes one completion and its timestamp, after running the QPs feeding
     /// this CQ if `progress` (`ibv_start_poll` does, `ibv_next_poll` does not).
-    pub fn take_one(&self, progress: bool) -> Option<(Wc, u64)> {
+    pub fn take_one(&self, progress: bool) -> Option<(Completion, u64)> {
         if progress {
             POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
             self.progress_qps();
@@ -409,5 +393,11 @@ impl Cq {
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.events_acked = st.events_acked.wrapping_add(n).min(st.events_read);
         self.acked.notify_all();
+    }
+}
+
+impl CompletionSink for Cq {
+    fn push(&self, c: Completion) {
+        Cq::push(self, c)
     }
 }

@@ -15,9 +15,10 @@
 //! nanosecond; `completion_timestamp_mask` is all ones. The wall-clock reader converts the same
 //! stamp to `CLOCK_REALTIME` nanoseconds with the offset between the two clocks at read time.
 
-use super::cq::{Cq, Wc};
+use super::cq::Cq;
 use crate::errno::{Errno, Result};
-use crate::fdqueue::futex;
+use crate::provider::Completion;
+use crate::runtime::fdqueue::futex;
 use crate::sys::*;
 use std::mem::offset_of;
 use std::sync::atomic::{
@@ -209,7 +210,7 @@ impl Cq {
         self.session.release();
     }
 
-    fn set_cursor(&self, wc: &Wc, ts: u64) {
+    fn set_cursor(&self, wc: &Completion, ts: u64) {
         let a = self.raw.alloc_ptr();
         // SAFETY: `status` and `wr_id` are written only here, by the poll session (one at a time:
         // the session lock), and read by C on that thread once the call returns; raw writes of

@@ -17,7 +17,7 @@ pub const MAX_QP_WR: u32 = 16384;
 pub const MAX_SGE: u32 = 32;
 pub const MAX_CQE: u32 = 0x3fffff;
 pub const MAX_INLINE: u32 = 1024;
-pub const MAX_MSG: u32 = 1 << 31;
+pub const MAX_MSG: u32 = crate::provider::wr::MAX_MSG;
 pub const GID_TABLE_LEN: usize = 16;
 /// `IBV_LINK_LAYER_ETHERNET` (an anonymous enum in verbs.h, so bindgen does not emit it).
 pub const LINK_LAYER_ETHERNET: u8 = 2;
@@ -120,6 +120,29 @@ pub struct Context {
     pub vctx: CBox<verbs_context>,
     /// Asynchronous events; its eventfd is `async_fd`.
     pub events: super::async_event::AsyncQueue,
+    /// The provider behind the device.
+    pub provider: &'static dyn crate::provider::Provider,
+}
+
+/// The C ops tables every context carries. They are functions of the C boundary, which registers
+/// them here once (so this layer fills contexts without naming the layer above it).
+pub struct ContextOps {
+    /// `ibv_context.ops`: the calls that programs inline (post/poll/notify).
+    pub ops: ibv_context_ops,
+    /// Fills the `verbs_context` extension ops.
+    pub fill_ex: fn(&mut verbs_context),
+}
+
+static OPS: std::sync::OnceLock<ContextOps> = std::sync::OnceLock::new();
+
+/// Registers the ops tables (the first registration wins; later calls cost one atomic load).
+pub fn register_ops(make: impl FnOnce() -> ContextOps) {
+    OPS.get_or_init(make);
+}
+
+/// The devices to list: ours, unless `RDMASHIM_PROVIDER` selects no provider.
+pub fn device_list() -> Option<*mut ibv_device> {
+    crate::provider::selected().map(|_| device_ptr())
 }
 
 impl Context {
@@ -128,16 +151,20 @@ impl Context {
         unsafe { std::ptr::addr_of_mut!((*self.vctx.as_ptr()).context) }
     }
 
-    pub fn open(device: *mut ibv_device, ops: ibv_context_ops) -> Result<*mut ibv_context> {
+    /// Opens a context carrying the ops tables registered with [`register_ops`] (`ENODEV` if the
+    /// C boundary never registered them, or if `RDMASHIM_PROVIDER` selects no provider).
+    pub fn open(device: *mut ibv_device) -> Result<*mut ibv_context> {
         if !is_device(device) {
             return Err(Errno::EINVAL);
         }
+        let ops = OPS.get().ok_or(Errno::ENODEV)?;
+        let provider = crate::provider::selected().ok_or(Errno::ENODEV)?;
         let events = super::async_event::AsyncQueue::new()?;
         let mut vctx: CBox<verbs_context> = CBox::zeroed();
         let v = vctx.init();
         v.sz = std::mem::size_of::<verbs_context>();
         v.context.device = device;
-        v.context.ops = ops;
+        v.context.ops = ops.ops;
         v.context.cmd_fd = -1;
         v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
@@ -145,8 +172,8 @@ impl Context {
         v.context.abi_compat = usize::MAX as *mut libc::c_void;
         // Extended verbs: the ops the inline wrappers of verbs.h call (ibv_query_port,
         // ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex); the others stay NULL.
-        crate::abi::verbs_ex::fill_context_ops(v);
-        let ctx = Arc::new(Context { vctx, events });
+        (ops.fill_ex)(v);
+        let ctx = Arc::new(Context { vctx, events, provider });
         let p = ctx.ptr();
         objects().contexts.insert(p as usize, ctx);
         Ok(p)

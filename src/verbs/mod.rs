@@ -1,5 +1,6 @@
-//! Transport-independent verbs semantics: device, context, PD, MR table, CQ and completion
-//! channel, QP state machine and work requests, SRQ, AH.
+//! What every provider shares: device, context, PD, the MR key table, CQ and completion channel,
+//! the QP state machine and send-queue accounting, the one send-request builder, SRQ queueing,
+//! AH. The data path is the provider's (`crate::provider`), reached through the seam's traits.
 
 pub mod ah;
 pub mod async_event;
@@ -11,8 +12,7 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod qp_ex;
-pub mod rc;
-mod rc_recv;
+pub mod send_wr;
 pub mod srq;
 pub mod ud;
 

@@ -8,6 +8,7 @@ use super::objects;
 use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
+use crate::provider::{MemoryKeys, Region};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -24,10 +25,9 @@ pub struct Mr {
 
 static KEYS: Lazy<RwLock<HashMap<u32, Arc<Mr>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
 
-pub const ACCESS_LOCAL_WRITE: u32 = 1;
-pub const ACCESS_REMOTE_WRITE: u32 = 2;
-pub const ACCESS_REMOTE_READ: u32 = 4;
-pub const ACCESS_REMOTE_ATOMIC: u32 = 8;
+pub use crate::provider::{
+    AccessError, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+};
 /// Every access flag libibverbs 44 defines (up to IBV_ACCESS_RELAXED_ORDERING).
 const ACCESS_KNOWN: u32 = (1 << 21) - 1;
 /// IBV_ACCESS_OPTIONAL_RANGE: optional flags a provider may ignore, as the kernel does.
@@ -108,20 +108,11 @@ fn is_mapped(addr: usize, len: usize) -> bool {
     unsafe { libc::msync(start as *mut libc::c_void, end - start, libc::MS_ASYNC) == 0 }
 }
 
-/// Why an access was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AccessError {
-    /// Unknown key, other PD, or outside the region: a protection error.
-    Protection,
-    /// The region lacks the access right.
-    Access,
-}
-
 /// Checks that `[addr, addr+len)` lies in the region `key` of `pd` with rights `need`, and returns
 /// the region (kept alive while the caller copies).
 pub fn lookup(
     key: u32,
-    pd: &Arc<Pd>,
+    pd: &Pd,
     addr: u64,
     len: usize,
     need: u32,
@@ -132,7 +123,7 @@ pub fn lookup(
         .get(&key)
         .cloned()
         .ok_or(AccessError::Protection)?;
-    if !Arc::ptr_eq(&mr.pd, pd) {
+    if !std::ptr::eq(Arc::as_ptr(&mr.pd), pd) {
         return Err(AccessError::Protection);
     }
     let start = addr as usize;
@@ -144,4 +135,17 @@ pub fn lookup(
         return Err(AccessError::Access);
     }
     Ok(mr)
+}
+
+/// The provider checks local and remote keys against the table through the QP's PD.
+impl MemoryKeys for Pd {
+    fn lookup(
+        &self,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+    ) -> std::result::Result<Region, AccessError> {
+        lookup(key, self, addr, len, need).map(|mr| mr as Region)
+    }
 }

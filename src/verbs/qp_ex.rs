@@ -14,17 +14,15 @@
 //! batch is all-or-nothing except for a race with another thread posting to the same QP.
 
 use super::objects;
-use super::qp::{Qp, Sgl};
-use super::rc::{InlineData, Payload, SendWqe};
-use super::ud::UdDest;
+use super::qp::Qp;
+pub use super::send_wr::Op;
+use super::send_wr::SendWr;
 use crate::errno::{Errno, Result};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::mem::offset_of;
 use std::sync::{Arc, Mutex, RwLock, Weak};
-
-use ibv_wr_opcode::*;
 
 /// `send_ops_flags` this provider implements.
 pub const SUPPORTED_SEND_OPS: u64 = (ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE.0
@@ -88,25 +86,10 @@ const _: () = {
     assert!(offset_of!(ibv_qp_ex, wr_atomic_write) + 8 == std::mem::size_of::<ibv_qp_ex>());
 };
 
-/// `Building::num_sge` of a request whose data was refused (reported by `wr_complete`).
-const REFUSED: usize = usize::MAX;
-
-/// One work request being built.
-struct Building {
-    wqe: SendWqe,
-    /// Number of SGEs (0 for inline data), checked against `max_send_sge` when posted;
-    /// [`REFUSED`] if the data given cannot be posted.
-    num_sge: usize,
-    /// `IBV_SEND_INLINE` was set in `wr_flags`.
-    inline_flag: bool,
-    /// `wr_set_ud_addr` was called (the destination may still have been refused).
-    has_ud: bool,
-}
-
 #[derive(Default)]
 struct Pending {
     open: bool,
-    wrs: Vec<Building>,
+    wrs: Vec<SendWr>,
     error: Option<Errno>,
 }
 
@@ -140,8 +123,7 @@ pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
     let mut t: ibv_qp_ex = unsafe { std::mem::zeroed() };
     fill(&mut t);
     let start = offset_of!(ibv_qp_ex, wr_atomic_cmp_swp);
-    {
-        let _st = qp.lock_state();
+    qp.with_modify_lock(|| {
         // SAFETY: both structs are live ibv_qp_ex; the range lies within them. We hold the QP's
         // lock; C reads these pointers only once the QP is handed to it by our caller.
         unsafe {
@@ -151,7 +133,7 @@ pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
                 std::mem::size_of::<ibv_qp_ex>() - start,
             )
         };
-    }
+    });
     let x =
         Arc::new(QpEx { qp: Arc::downgrade(qp), addr, pending: Mutex::new(Pending::default()) });
     map.insert(addr, x.clone());
@@ -169,34 +151,6 @@ pub fn lookup(p: *const ibv_qp_ex) -> Result<Arc<QpEx>> {
         Some(x) if x.qp.strong_count() > 0 => Ok(x.clone()),
         _ => Err(Errno::EINVAL),
     }
-}
-
-/// The operation part of a work request (the `ibv_wr_<op>` call).
-pub struct Op {
-    pub opcode: u32,
-    pub imm: Option<u32>,
-    pub remote_addr: u64,
-    pub rkey: u32,
-    pub compare_add: u64,
-    pub swap: u64,
-}
-
-impl Op {
-    pub fn new(opcode: u32) -> Op {
-        Op { opcode, imm: None, remote_addr: 0, rkey: 0, compare_add: 0, swap: 0 }
-    }
-}
-
-fn is_atomic(opcode: u32) -> bool {
-    matches!(opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
-}
-
-/// Operations whose data may be inline (copied at post time).
-fn may_inline(opcode: u32) -> bool {
-    matches!(
-        opcode,
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
-    )
 }
 
 impl QpEx {
@@ -224,37 +178,22 @@ impl QpEx {
     /// An `ibv_wr_<op>` call: starts a work request with the `wr_id` and `wr_flags` the caller
     /// set in the `ibv_qp_ex`; its data (SGEs or inline) and address come next.
     pub fn add(&self, wr_id: u64, flags: u32, op: Op) {
-        let f = |b: ibv_send_flags| flags & b.0 != 0;
         self.with(|p| {
             if !p.open {
                 p.error.get_or_insert(Errno::EINVAL);
                 return;
             }
-            p.wrs.push(Building {
-                wqe: SendWqe {
-                    wr_id,
-                    opcode: op.opcode,
-                    signaled: f(ibv_send_flags::IBV_SEND_SIGNALED),
-                    solicited: f(ibv_send_flags::IBV_SEND_SOLICITED),
-                    imm: op.imm,
-                    payload: Payload::Sges(Sgl::Many(Vec::new())),
-                    len: 0,
-                    remote_addr: op.remote_addr,
-                    rkey: op.rkey,
-                    compare_add: op.compare_add,
-                    swap: op.swap,
-                    ud: None,
-                    seq: 0,
-                },
-                num_sge: 0,
-                inline_flag: f(ibv_send_flags::IBV_SEND_INLINE),
-                has_ud: false,
-            });
+            match SendWr::new(wr_id, flags, op) {
+                Ok(b) => p.wrs.push(b),
+                Err(e) => {
+                    p.error.get_or_insert(e);
+                }
+            }
         });
     }
 
     /// Applies `f` to the request being built, or remembers `EINVAL` if there is none.
-    fn current(&self, f: impl FnOnce(&mut Building)) {
+    fn current(&self, f: impl FnOnce(&mut SendWr)) {
         self.with(|p| match p.wrs.last_mut() {
             Some(b) if p.open => f(b),
             _ => {
@@ -263,28 +202,16 @@ impl QpEx {
         });
     }
 
-    /// `wr_set_sge`/`wr_set_sge_list`: the request's scatter/gather list. With `IBV_SEND_INLINE`
-    /// in `wr_flags`, a SEND or RDMA WRITE copies the data now, as `ibv_post_send` does.
+    /// `wr_set_sge`/`wr_set_sge_list`: the request's scatter/gather list (see
+    /// [`SendWr::set_sges`]; a refusal is reported by `wr_complete`).
     ///
     /// # Safety
     /// With `IBV_SEND_INLINE` set, every entry's buffer is readable for its length (the verbs
     /// contract for inline data).
     pub unsafe fn set_sges(&self, sges: &[ibv_sge]) {
         self.current(|b| {
-            let (payload, num_sge) = if b.inline_flag && may_inline(b.wqe.opcode) {
-                let bufs: Vec<(*const u8, usize)> =
-                    sges.iter().map(|s| (s.addr as *const u8, s.length as usize)).collect();
-                // SAFETY: per the function's contract.
-                match unsafe { gather(&bufs) } {
-                    Ok(v) => (Payload::Inline(v), sges.len()),
-                    Err(_) => (Payload::Sges(Sgl::Many(Vec::new())), REFUSED),
-                }
-            } else {
-                (Payload::Sges(Sgl::from_slice(sges)), sges.len())
-            };
-            b.wqe.len = sges.iter().map(|s| s.length as u64).sum();
-            b.wqe.payload = payload;
-            b.num_sge = num_sge;
+            // SAFETY: per the function's contract.
+            let _refused_is_remembered = unsafe { b.set_sges(sges) };
         });
     }
 
@@ -293,25 +220,16 @@ impl QpEx {
     /// # Safety
     /// Every buffer is readable for its length.
     pub unsafe fn set_inline(&self, bufs: &[(*const u8, usize)]) {
-        // SAFETY: per the function's contract.
-        let data = unsafe { gather(bufs) };
-        self.current(|b| match data {
-            Ok(v) if may_inline(b.wqe.opcode) => {
-                b.wqe.len = v.as_slice().len() as u64;
-                b.wqe.payload = Payload::Inline(v);
-                b.num_sge = 0;
-            }
-            // READ and atomics need a local buffer to write their result into.
-            _ => b.num_sge = REFUSED,
+        self.current(|b| {
+            // SAFETY: per the function's contract.
+            let _refused_is_remembered = unsafe { b.set_inline(bufs) };
         });
     }
 
     /// `wr_set_ud_addr`: the destination of a UD send (ignored by RC QPs, as `wr.ud` is).
     pub fn set_ud_addr(&self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
-        let dest = objects().ahs.get(ah).map(|ah| UdDest { ah, remote_qpn, remote_qkey });
         self.current(|b| {
-            b.has_ud = true;
-            b.wqe.ud = dest.ok();
+            let _refused_is_remembered = b.set_ud_addr(ah, remote_qpn, remote_qkey);
         });
     }
 
@@ -330,57 +248,26 @@ impl QpEx {
         }
         let ud = qp.qp_type == ibv_qp_type::IBV_QPT_UD;
         for b in &p.wrs {
-            check_shape(&qp, b, ud)?;
+            b.check(&qp)?;
         }
         if !ud {
-            let st = qp.lock_state();
-            match st.state {
+            let state = qp.state();
+            match state {
                 ibv_qp_state::IBV_QPS_RTS | ibv_qp_state::IBV_QPS_ERR => {}
                 _ => return Err(Errno::EINVAL),
             }
-            if st.state == ibv_qp_state::IBV_QPS_RTS
-                && st.sq.len() + st.inflight.len() + p.wrs.len() > qp.cap.max_send_wr as usize
+            if state == ibv_qp_state::IBV_QPS_RTS
+                && qp.sq_outstanding() + p.wrs.len() as u64 > qp.cap.max_send_wr as u64
             {
                 return Err(Errno::ENOMEM);
             }
         }
-        for mut b in p.wrs {
-            if !ud {
-                b.wqe.ud = None;
-            }
-            qp.post_send(b.wqe, b.num_sge)?;
+        for b in p.wrs {
+            let (wqe, num_sge) = b.finish(&qp);
+            qp.post_send(wqe, num_sge)?;
         }
         Ok(())
     }
-}
-
-/// The checks `ibv_post_send` makes on a request's shape, before anything of the batch is posted.
-fn check_shape(qp: &Qp, b: &Building, ud: bool) -> Result<()> {
-    let w = &b.wqe;
-    if b.num_sge == REFUSED || b.num_sge > qp.cap.max_send_sge as usize {
-        return Err(Errno::EINVAL);
-    }
-    if is_atomic(w.opcode) && (b.num_sge != 1 || w.len != 8) {
-        return Err(Errno::EINVAL);
-    }
-    if ud {
-        if !b.has_ud || w.ud.is_none() {
-            return Err(Errno::EINVAL);
-        }
-        if !matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
-            return Err(Errno::EINVAL);
-        }
-    }
-    Ok(())
-}
-
-/// Concatenates caller buffers for inline data.
-///
-/// # Safety
-/// Every buffer is readable for its length.
-unsafe fn gather(bufs: &[(*const u8, usize)]) -> Result<InlineData> {
-    // SAFETY: per the function's contract.
-    unsafe { InlineData::gather(bufs.iter().copied()) }
 }
 
 #[cfg(test)]
@@ -417,16 +304,5 @@ mod tests {
         assert_eq!(check_create_attr(&a), Err(Errno::EOPNOTSUPP));
         a.create_flags = ibv_qp_create_flags::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.0;
         assert_eq!(check_create_attr(&a), Ok(CreateEx { block_self_mcast: true }));
-    }
-
-    #[test]
-    fn gather_buffers() {
-        let a = [1u8, 2, 3];
-        let b = [4u8];
-        // SAFETY: both buffers are readable for their lengths.
-        let v = unsafe { gather(&[(a.as_ptr(), 3), (std::ptr::null(), 0), (b.as_ptr(), 1)]) };
-        assert_eq!(v.map(|d| d.as_slice().to_vec()), Ok(vec![1, 2, 3, 4]));
-        // SAFETY: a NULL buffer is refused before being read.
-        assert!(matches!(unsafe { gather(&[(std::ptr::null(), 2)]) }, Err(Errno::EINVAL)));
     }
 }

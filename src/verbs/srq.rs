@@ -2,9 +2,9 @@
 
 use super::objects;
 use super::pd::Pd;
-use super::qp::RecvWqe;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
+use crate::provider::{RecvWqe, SharedRecvQueue};
 use crate::sys::*;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -73,7 +73,22 @@ impl Srq {
     }
 
     /// Posts receives: `Err((index, errno))` names the first refused request.
+    /// A QP that found the queue empty (RNR) is woken once a receive is queued.
     pub fn post(&self, wqes: Vec<RecvWqe>) -> std::result::Result<(), (usize, Errno)> {
+        let mut pushed = 0;
+        let r = self.push(wqes, &mut pushed);
+        if pushed > 0 && self.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            // It must see the new receive even if nobody polls.
+            self.pd.ctx.provider.progress();
+        }
+        r
+    }
+
+    fn push(
+        &self,
+        wqes: Vec<RecvWqe>,
+        pushed: &mut usize,
+    ) -> std::result::Result<(), (usize, Errno)> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         for (i, w) in wqes.into_iter().enumerate() {
             if w.sges.len() > self.max_sge as usize {
@@ -83,6 +98,7 @@ impl Srq {
                 return Err((i, Errno::ENOMEM));
             }
             q.push_back(w);
+            *pushed += 1;
         }
         Ok(())
     }
@@ -104,5 +120,19 @@ impl Srq {
             ));
         }
         Some(w)
+    }
+}
+
+impl SharedRecvQueue for Srq {
+    fn pop(&self) -> Option<RecvWqe> {
+        Srq::pop(self)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    fn set_starved(&self) {
+        self.starved.store(true, std::sync::atomic::Ordering::Release);
     }
 }

@@ -9,7 +9,7 @@
 3. A peer that never reads: a fake CM client completes REQ/REP/RTU with rdma_server, then sends
    DREQs (each answered by a DREP) and never reads. Counted with strace over 1 s: the server
    makes no sendmsg calls once our queue is full (it does not wait for room to send). (The
-   unit test src/provider/soft/unix.rs `send_never_waits_for_a_reader` shows the same for send.)
+   unit test src/runtime/unix.rs `send_never_waits_for_a_reader` shows the same for send.)
 
 Before the fix the progress thread blocked reading the first silent connection: the silent
 connection stayed open forever and rdma_client / ibv_rc_pingpong never completed.

@@ -3,16 +3,15 @@
 //! (`rdmashim/mc/<mgid>/<qpn>`) that senders list in /proc/net/unix.
 
 use super::link::qp_name;
-use super::unix::{self, Pod};
 use crate::errno::Result;
+use crate::runtime::unix::{self, Pod};
 use std::os::fd::{OwnedFd, RawFd};
 
 const MAGIC: u32 = 0x5244_5544; // "RDUD"
 /// The message carries immediate data.
 pub const UD_IMM: u32 = 1;
 pub const UD_SOLICITED: u32 = 2;
-/// The QPN that addresses a multicast group.
-pub const MCAST_QPN: u32 = 0x00ff_ffff;
+pub use crate::provider::MCAST_QPN;
 /// Largest UD payload: the port's active MTU.
 pub const UD_MTU: usize = 4096;
 

@@ -5,12 +5,12 @@
 //! the peer answers `Ack` with its own doorbell. The connection then stays open: its hang-up tells
 //! each side that the other QP is gone.
 
-use super::engine::{engine, Bell};
-use super::fork;
 use super::ring::{Ring, LINK_SIZE};
-use super::shm::Shm;
-use super::unix::{self, Pod};
 use crate::errno::{Errno, Result};
+use crate::runtime::engine::{engine, Bell};
+use crate::runtime::fork;
+use crate::runtime::shm::Shm;
+use crate::runtime::unix::{self, Pod};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 

@@ -1,4 +1,15 @@
-//! The embedded software provider.
+//! The embedded software provider: the [`Soft`] implementation of the provider seam
+//! (`crate::provider`).
+//!
+//! * [`qp`]: a soft QP (`TransportQp`): its QPN and socket, the `BY_QPN` table that leads a
+//!   peer's handshake to it, the link handshake at RTR, the move to ERR and its flushes;
+//! * `rc` (requester: segments into the ring, completions in order, RNR and transport timers)
+//!   and `rc_recv` (responder: every segment checked by [`segcheck`], then executed);
+//! * `ud` (datagrams, GRH, qkey) over [`datagram`]; [`ring`] and [`link`] are the shared-memory
+//!   rings and their handshake.
+//!
+//! It reaches memory, CQs, SRQs and async events only through the seam's traits, and the
+//! process-wide plumbing (progress engine, sockets, shm, fork) through `crate::runtime`.
 //!
 //! Same-host transport, one scheme for threads and processes alike:
 //! * every RC QP owns an abstract unix socket named after its QPN (so QPNs are unique per
@@ -9,17 +20,41 @@
 //! * data moves by copying into and out of ring slots; the sender's completion is generated when
 //!   the receiver has consumed the message into a posted receive (the RC ACK);
 //! * work moves when the application posts or polls (no system call on that path) and otherwise
-//!   in a per-process progress thread ([`engine`]) that sleeps in `epoll_wait` and is woken through
-//!   an eventfd only when it has said, in shared memory, that it is asleep.
+//!   in the per-process progress thread ([`crate::runtime::engine`]) that sleeps in `epoll_wait`
+//!   and is woken through an eventfd only when it has said, in shared memory, that it is asleep.
 
-pub mod accept;
-pub mod access;
 pub mod datagram;
-pub mod engine;
-pub mod fork;
 pub mod link;
+pub mod qp;
+mod rc;
+mod rc_recv;
 pub mod ring;
 pub mod roce;
 pub mod segcheck;
-pub mod shm;
-pub mod unix;
+mod ud;
+
+use crate::errno::Result;
+use crate::provider::{Provider, QpInit, TransportQp};
+use std::sync::Arc;
+
+/// The soft provider's operations.
+pub struct Soft;
+
+/// The one instance (the provider keeps no per-device state of its own).
+pub static SOFT: Soft = Soft;
+
+impl Provider for Soft {
+    fn name(&self) -> &'static str {
+        "soft"
+    }
+
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn TransportQp>> {
+        Ok(qp::SoftQp::create(init)?)
+    }
+
+    fn progress(&self) {
+        if let Ok(e) = crate::runtime::engine::engine() {
+            e.kick();
+        }
+    }
+}

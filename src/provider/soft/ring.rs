@@ -4,7 +4,7 @@
 //! `head` after writing a slot (release); the consumer advances `tail` after copying a slot out
 //! (release). Both counters only grow, so `head - tail` is the number of full slots.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const SLOT_SIZE: usize = 4096;
 pub const SLOTS: u64 = 64;
@@ -171,12 +171,6 @@ impl Ring {
     pub fn is_closed(&self) -> bool {
         self.ctl().closed.value.load(Ordering::Acquire) != 0
     }
-}
-
-/// A process's doorbell word in shared memory: non-zero while its progress thread sleeps.
-#[repr(C)]
-pub struct BellWord {
-    pub waiting: AtomicU32,
 }
 
 #[cfg(test)]

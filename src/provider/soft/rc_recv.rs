@@ -9,18 +9,18 @@
 //! access, length) gets a NAK and then moves this responder QP to ERR with an affiliated async
 //! event, as InfiniBand does for class C errors.
 
-use super::cq::Wc;
-use super::mr::{self, Mr};
-use super::qp::{Qp, QpState, RecvWqe};
+use super::link::Link;
+use super::qp::{Inner, SoftQp};
 use super::rc::{message_slots, status_of, InMsg, Inflight, RespJob};
-use crate::provider::soft::link::Link;
-use crate::provider::soft::ring::*;
-use crate::provider::soft::segcheck::{self, Awaits, Open, Outstanding, Step};
+use super::ring::*;
+use super::segcheck::{self, Awaits, Open, Outstanding, Step};
+use crate::provider::{
+    Completion, QpEvent, QpState, RecvWqe, Region, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+};
 use crate::sys::*;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::Arc;
 
-use ibv_qp_state::*;
 use ibv_wc_opcode::*;
 use ibv_wc_status::*;
 
@@ -37,11 +37,11 @@ enum Flow {
 /// the ring: a peer that never reads its responses cannot make us queue without bound.
 const MAX_QUEUED_RESPONSES: usize = SLOTS as usize;
 
-impl Qp {
+impl SoftQp {
     /// Executes incoming segments; returns whether anything was consumed.
-    pub(super) fn consume(&self, st: &mut QpState) -> bool {
+    pub(super) fn consume(&self, st: &mut Inner) -> bool {
         let Some(link) = st.link.clone() else { return false };
-        if !matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS) || nak_pending(st) {
+        if !matches!(st.state, QpState::Rtr | QpState::Rts) || nak_pending(st) {
             return false;
         }
         let ring = link.inn;
@@ -94,7 +94,7 @@ impl Qp {
     /// Applies one validated segment.
     fn execute(
         &self,
-        st: &mut QpState,
+        st: &mut Inner,
         link: &Link,
         seq: u64,
         h: &SegHdr,
@@ -130,7 +130,7 @@ impl Qp {
 
     fn send_segment(
         &self,
-        st: &mut QpState,
+        st: &mut Inner,
         link: &Link,
         seq: u64,
         h: &SegHdr,
@@ -141,7 +141,7 @@ impl Qp {
         if first {
             if !self.has_recv(st) {
                 if let Some(srq) = &self.srq {
-                    srq.starved.store(true, Ordering::Release);
+                    srq.set_starved();
                 }
                 // Receiver not ready: the message waits, and the requester sees an RNR NAK
                 // (it retries per its rnr_retry, 7 = forever).
@@ -151,7 +151,7 @@ impl Qp {
             let Some(wqe) = self.next_recv(st) else { return Flow::Stop };
             let status = if len as u64 > wqe.sges.total() {
                 IBV_WC_LOC_LEN_ERR
-            } else if self.check_local(&wqe.sges, mr::ACCESS_LOCAL_WRITE).is_err() {
+            } else if self.check_local(&wqe.sges, ACCESS_LOCAL_WRITE).is_err() {
                 IBV_WC_LOC_PROT_ERR
             } else {
                 IBV_WC_SUCCESS
@@ -191,7 +191,7 @@ impl Qp {
 
     fn write_segment(
         &self,
-        st: &mut QpState,
+        st: &mut Inner,
         link: &Link,
         seq: u64,
         h: &SegHdr,
@@ -205,7 +205,7 @@ impl Qp {
         }
         if first {
             let base = h.remote_addr;
-            match self.check_remote(st, h.rkey, base, len as u64, mr::ACCESS_REMOTE_WRITE) {
+            match self.check_remote(st, h.rkey, base, len as u64, ACCESS_REMOTE_WRITE) {
                 Ok(mr) => {
                     st.cur_in =
                         Some(InMsg::Write { base, mr, open: Open { opcode, len, got: 0, imm } })
@@ -239,13 +239,13 @@ impl Qp {
     }
 
     /// A READ request or an atomic: executed (READ: its response queued) or NAKed.
-    fn single(&self, st: &mut QpState, link: &Link, seq: u64, h: &SegHdr, opcode: u32) -> Flow {
+    fn single(&self, st: &mut Inner, link: &Link, seq: u64, h: &SegHdr, opcode: u32) -> Flow {
         if st.responses.len() >= MAX_QUEUED_RESPONSES {
             return Flow::Stop; // the peer reads its responses first
         }
         let r = if opcode == OP_READ_REQ {
             let len = h.msg_len as u64;
-            self.check_remote(st, h.rkey, h.remote_addr, len, mr::ACCESS_REMOTE_READ).map(|mr| {
+            self.check_remote(st, h.rkey, h.remote_addr, len, ACCESS_REMOTE_READ).map(|mr| {
                 RespJob::Read {
                     req_seq: seq.wrapping_add(1),
                     addr: h.remote_addr,
@@ -257,7 +257,7 @@ impl Qp {
         } else if h.remote_addr % 8 != 0 {
             Err(IBV_WC_REM_INV_REQ_ERR)
         } else {
-            self.check_remote(st, h.rkey, h.remote_addr, 8, mr::ACCESS_REMOTE_ATOMIC).map(|_mr| {
+            self.check_remote(st, h.rkey, h.remote_addr, 8, ACCESS_REMOTE_ATOMIC).map(|_mr| {
                 // SAFETY: 8 aligned bytes inside a live region with atomic access.
                 let cell = unsafe { AtomicU64::from_ptr(h.remote_addr as *mut u64) };
                 let value = if opcode == OP_CMP_SWAP {
@@ -289,14 +289,14 @@ impl Qp {
 
     fn recv_wc(
         &self,
-        st: &QpState,
+        st: &Inner,
         wqe: &RecvWqe,
         status: u32,
         opcode: u32,
         len: u32,
         h: &SegHdr,
-    ) -> Wc {
-        Wc {
+    ) -> Completion {
+        Completion {
             wr_id: wqe.wr_id,
             status,
             opcode,
@@ -304,33 +304,32 @@ impl Qp {
             qp_num: self.qpn,
             src_qp: st.attr.dest_qp_num,
             solicited: h.solicited != 0,
-            ..Wc::default()
+            ..Completion::default()
         }
     }
 
     /// Refuses a request: the NAK is written before the request's slots are released (now, or
     /// once the ring has room; nothing more is consumed meanwhile), then the QP goes to ERR.
-    fn nak(&self, st: &mut QpState, link: &Link, req_seq: u64, status: u32) {
+    fn nak(&self, st: &mut Inner, link: &Link, req_seq: u64, status: u32) {
         st.responses.push_back(RespJob::Nak { req_seq, status });
         self.push_responses(st, link);
     }
 
     /// The responder refused a request with `status` and told the requester: like an IB
     /// responder after a class C error, the QP moves to ERR with an affiliated async event.
-    pub(super) fn responder_error(&self, st: &mut QpState, status: u32) {
-        use ibv_event_type::*;
+    pub(super) fn responder_error(&self, st: &mut Inner, status: u32) {
         let event = match status {
-            IBV_WC_REM_ACCESS_ERR => IBV_EVENT_QP_ACCESS_ERR,
-            IBV_WC_REM_INV_REQ_ERR => IBV_EVENT_QP_REQ_ERR,
-            _ => IBV_EVENT_QP_FATAL,
+            IBV_WC_REM_ACCESS_ERR => QpEvent::AccessError,
+            IBV_WC_REM_INV_REQ_ERR => QpEvent::RequestError,
+            _ => QpEvent::Fatal,
         };
         self.to_error(st);
-        self.ctx.events.push((event, super::async_event::Element::Qp(self.ptr() as usize)));
+        self.events.qp_event(event);
     }
 
     /// A NAK for the request still being written (longer than the ring): it fails now, in
     /// posting order after the requests before it.
-    fn nak_front(&self, st: &mut QpState, link: &Link, status: u32) {
+    fn nak_front(&self, st: &mut Inner, link: &Link, status: u32) {
         if st.pushed == 0 {
             return;
         }
@@ -345,7 +344,7 @@ impl Qp {
     }
 
     /// Our own record of the request a response or NAK names, if there is one.
-    fn outstanding(&self, st: &QpState, link: &Link, req_seq: u64) -> Option<Outstanding> {
+    fn outstanding(&self, st: &Inner, link: &Link, req_seq: u64) -> Option<Outstanding> {
         if let Some(f) = st.inflight.iter().find(|f| f.end_seq == req_seq) {
             let awaits = match f.wc_opcode {
                 IBV_WC_RDMA_READ => Awaits::Read,
@@ -370,42 +369,42 @@ impl Qp {
     /// A remote access: the QP must allow it and the region must cover it with `need`.
     fn check_remote(
         &self,
-        st: &QpState,
+        st: &Inner,
         rkey: u32,
         addr: u64,
         len: u64,
         need: u32,
-    ) -> Result<Option<Arc<Mr>>, u32> {
+    ) -> Result<Option<Region>, u32> {
         if st.attr.qp_access_flags & need != need {
             return Err(IBV_WC_REM_INV_REQ_ERR);
         }
         if len == 0 {
             return Ok(None);
         }
-        mr::lookup(rkey, &self.pd, addr, len as usize, need).map(Some).map_err(status_of)
+        self.keys.lookup(rkey, addr, len as usize, need).map(Some).map_err(status_of)
     }
 
-    pub(super) fn next_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
+    pub(super) fn next_recv(&self, st: &mut Inner) -> Option<RecvWqe> {
         match &self.srq {
             Some(s) => s.pop(),
             None => st.rq.pop_front(),
         }
     }
 
-    fn has_recv(&self, st: &QpState) -> bool {
+    fn has_recv(&self, st: &Inner) -> bool {
         match &self.srq {
-            Some(s) => !s.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
+            Some(s) => !s.is_empty(),
             None => !st.rq.is_empty(),
         }
     }
 }
 
 /// A refused request's NAK still waits for room: nothing more is taken from the ring.
-fn nak_pending(st: &QpState) -> bool {
+fn nak_pending(st: &Inner) -> bool {
     matches!(st.responses.back(), Some(RespJob::Nak { .. }))
 }
 
-fn find_inflight(st: &mut QpState, req_seq: u64) -> Option<&mut Inflight> {
+fn find_inflight(st: &mut Inner, req_seq: u64) -> Option<&mut Inflight> {
     st.inflight.iter_mut().find(|f| f.end_seq == req_seq)
 }
 

@@ -7,105 +7,20 @@
 //! *before* consuming it, so a requester never sees the tail pass a failed request without its
 //! NAK already in the opposite ring.
 
-use super::cq::Wc;
-use super::mr::{self, AccessError, Mr};
-use super::qp::{Qp, QpState, RecvWqe, Sgl};
-use crate::provider::soft::link::Link;
-use crate::provider::soft::ring::*;
-use crate::provider::soft::segcheck::Open;
+use super::link::Link;
+use super::qp::{Inner, SoftQp};
+use super::ring::*;
+use super::segcheck::Open;
+use crate::provider::{
+    AccessError, Completion, Payload, QpState, RecvWqe, Region, SendWqe, Sgl, ACCESS_LOCAL_WRITE,
+};
+use crate::runtime::engine::engine;
 use crate::sys::*;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ibv_qp_state::*;
 use ibv_wc_opcode::*;
 use ibv_wc_status::*;
 use ibv_wr_opcode::*;
-
-/// What a send carries.
-// The inline variant is large on purpose: small inline sends are posted without allocating.
-#[allow(clippy::large_enum_variant)]
-pub enum Payload {
-    /// Registered memory, read when the request executes (or, for READ and atomics, written).
-    Sges(Sgl),
-    /// Copied at post time (`IBV_SEND_INLINE`).
-    Inline(InlineData),
-}
-
-/// Inline data up to this size stays inside the request: posting it allocates nothing.
-const INLINE_SMALL: usize = 256;
-
-/// The bytes of an inline send.
-#[allow(clippy::large_enum_variant)] // see `Payload`
-pub enum InlineData {
-    Small(usize, [u8; INLINE_SMALL]),
-    Large(Vec<u8>),
-}
-
-impl InlineData {
-    /// Concatenates caller buffers (`EINVAL` for a NULL buffer of non-zero length or a total
-    /// beyond the largest message).
-    ///
-    /// # Safety
-    /// Every buffer is readable for its length.
-    pub unsafe fn gather(
-        bufs: impl Iterator<Item = (*const u8, usize)> + Clone,
-    ) -> crate::Result<InlineData> {
-        let total: usize = bufs.clone().map(|b| b.1).sum();
-        if total > super::device::MAX_MSG as usize {
-            return Err(crate::Errno::EINVAL);
-        }
-        let mut d = if total <= INLINE_SMALL {
-            InlineData::Small(0, [0; INLINE_SMALL])
-        } else {
-            InlineData::Large(Vec::with_capacity(total))
-        };
-        for (p, n) in bufs {
-            if n == 0 {
-                continue;
-            }
-            if p.is_null() {
-                return Err(crate::Errno::EINVAL);
-            }
-            // SAFETY: per the function's contract.
-            let src = unsafe { std::slice::from_raw_parts(p, n) };
-            match &mut d {
-                InlineData::Small(len, buf) => {
-                    buf[*len..*len + n].copy_from_slice(src);
-                    *len += n;
-                }
-                InlineData::Large(v) => v.extend_from_slice(src),
-            }
-        }
-        Ok(d)
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        match self {
-            InlineData::Small(len, buf) => &buf[..*len],
-            InlineData::Large(v) => v,
-        }
-    }
-}
-
-/// A posted send-queue request.
-pub struct SendWqe {
-    pub wr_id: u64,
-    pub opcode: u32,
-    pub signaled: bool,
-    pub solicited: bool,
-    pub imm: Option<u32>,
-    pub payload: Payload,
-    pub len: u64,
-    pub remote_addr: u64,
-    pub rkey: u32,
-    pub compare_add: u64,
-    pub swap: u64,
-    /// UD destination (`wr.ud`).
-    pub ud: Option<super::ud::UdDest>,
-    /// Send queue position, assigned by `Qp::post_send`.
-    pub seq: u64,
-}
 
 impl SendWqe {
     pub fn wc_opcode(&self) -> u32 {
@@ -128,7 +43,7 @@ impl SendWqe {
     /// Rights the local buffers need: READ and atomics write their result there.
     fn local_access(&self) -> u32 {
         if self.awaits_response() {
-            mr::ACCESS_LOCAL_WRITE
+            ACCESS_LOCAL_WRITE
         } else {
             0
         }
@@ -167,7 +82,7 @@ pub enum InMsg {
     /// `mr` is None for a zero-length write; it keeps the checked region alive.
     Write {
         base: u64,
-        mr: Option<Arc<Mr>>,
+        mr: Option<Region>,
         open: Open,
     },
 }
@@ -187,7 +102,7 @@ pub enum RespJob {
         addr: u64,
         len: u64,
         off: u64,
-        _mr: Option<Arc<Mr>>,
+        _mr: Option<Region>,
     },
     Atomic {
         req_seq: u64,
@@ -206,12 +121,12 @@ pub(super) fn status_of(e: AccessError) -> u32 {
     }
 }
 
-impl Qp {
+impl SoftQp {
     /// Writes queued responses, then queued requests, while the ring has room.
-    pub(super) fn push_sends(&self, st: &mut QpState) -> bool {
+    pub(super) fn push_sends(&self, st: &mut Inner) -> bool {
         let Some(link) = st.link.clone() else { return false };
         let mut wrote = self.push_responses(st, &link);
-        if st.state != IBV_QPS_RTS || !st.responses.is_empty() {
+        if st.state != QpState::Rts || !st.responses.is_empty() {
             return wrote;
         }
         let ring = link.out;
@@ -320,7 +235,7 @@ impl Qp {
     }
 
     /// Writes queued READ and atomic responses and NAKs; after a NAK the QP is in ERR.
-    pub(super) fn push_responses(&self, st: &mut QpState, link: &Link) -> bool {
+    pub(super) fn push_responses(&self, st: &mut Inner, link: &Link) -> bool {
         let ring = link.out;
         let mut wrote = false;
         let mut nak = None;
@@ -413,14 +328,14 @@ impl Qp {
             if s.length == 0 {
                 continue;
             }
-            mr::lookup(s.lkey, &self.pd, s.addr, s.length as usize, need)?;
+            self.keys.lookup(s.lkey, s.addr, s.length as usize, need)?;
         }
         Ok(())
     }
 
     /// Completes requests in posting order: acknowledged ones up to `tail`, READ and atomics
     /// once their response is in, a NAKed one with its error (and the QP goes to ERR).
-    pub(super) fn reap(&self, st: &mut QpState, tail: u64) -> bool {
+    pub(super) fn reap(&self, st: &mut Inner, tail: u64) -> bool {
         let mut did = false;
         while let Some(f) = st.inflight.front() {
             if let Some(status) = f.error {
@@ -436,14 +351,14 @@ impl Qp {
             let f = st.inflight.pop_front().expect("front exists");
             did = true;
             if f.signaled {
-                self.send_cq.push(Wc {
+                self.send_cq.push(Completion {
                     wr_id: f.wr_id,
                     status: IBV_WC_SUCCESS,
                     opcode: f.wc_opcode,
                     byte_len: f.len,
                     qp_num: self.qpn,
                     sq_seq: f.seq,
-                    ..Wc::default()
+                    ..Completion::default()
                 });
             }
         }
@@ -451,8 +366,8 @@ impl Qp {
     }
 
     /// The peer's QP is gone: requests it never took fail as a real RC QP does after retries.
-    fn fail_unreachable(&self, st: &mut QpState) {
-        if st.state == IBV_QPS_ERR {
+    fn fail_unreachable(&self, st: &mut Inner) {
+        if st.state == QpState::Err {
             return;
         }
         let (wr_id, op, seq) = if let Some(f) = st.inflight.pop_front() {
@@ -486,8 +401,8 @@ impl Qp {
     /// RNR retries and transport retries against a peer that is gone, in virtual time: the
     /// deadlines the IB timers would reach (`min_rnr_timer` × (`rnr_retry` + 1), 7 = forever;
     /// 4.096 µs × 2^`timeout` × (`retry_cnt` + 1), timeout 0 = forever).
-    fn run_timers(&self, st: &mut QpState) -> bool {
-        if st.state != IBV_QPS_RTS {
+    fn run_timers(&self, st: &mut Inner) -> bool {
+        if st.state != QpState::Rts {
             return false;
         }
         let Some(link) = st.link.clone() else {
@@ -510,7 +425,7 @@ impl Qp {
                         let t = link.out.tail();
                         return self.reap(st, t);
                     }
-                    if let Ok(e) = crate::provider::soft::engine::engine() {
+                    if let Ok(e) = engine() {
                         e.wake_at(deadline);
                     }
                 }
@@ -530,7 +445,7 @@ impl Qp {
 
     /// The peer stopped answering: fails the oldest request once the transport retries are
     /// used up.
-    fn retry_expired(&self, st: &mut QpState) -> bool {
+    fn retry_expired(&self, st: &mut Inner) -> bool {
         let timeout = st.attr.timeout;
         if timeout == 0 {
             return false; // infinite
@@ -543,7 +458,7 @@ impl Qp {
             self.fail_unreachable(st);
             return true;
         }
-        if let Ok(e) = crate::provider::soft::engine::engine() {
+        if let Ok(e) = engine() {
             e.wake_at(deadline);
         }
         false

@@ -6,15 +6,22 @@
 //! polling CQs (the poll epoch moves) and no CQ is armed for an event, the thread naps 1 ms at a
 //! time without advertising sleep; otherwise it advertises sleep and blocks until woken.
 
-use super::ring::BellWord;
 use super::shm::Shm;
 use crate::errno::{check, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+/// A process's doorbell word in shared memory: non-zero while its progress thread sleeps.
+#[repr(C)]
+pub struct BellWord {
+    pub waiting: AtomicU32,
+}
 
 /// Something the engine drives; `progress` returns whether it did any work.
 pub trait Pollable: Send + Sync {

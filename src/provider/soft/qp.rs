@@ -1,0 +1,440 @@
+//! A soft QP: its QPN and socket (the `BY_QPN` table leads a peer's handshake to it), the link
+//! handshake at RTR, the state it keeps for the data path (`rc.rs`, `rc_recv.rs`, `ud.rs`), and
+//! the moves to ERR with their flush completions.
+
+use super::link::{self, Hello, Link};
+use super::rc::{InMsg, Inflight, RespJob};
+use crate::errno::{Errno, Result};
+use crate::provider::{
+    AdmitFn, Completion, CompletionSink, EventSink, MemoryKeys, ModifyFn, QpAttrs, QpEvent, QpInit,
+    QpState, RecvWqe, SendWqe, SharedRecvQueue, TransportQp,
+};
+use crate::runtime::accept::Acceptor;
+use crate::runtime::engine::{engine, Pollable};
+use crate::runtime::fork;
+use crate::sys::*;
+use once_cell::sync::Lazy;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use ibv_wc_opcode::*;
+use ibv_wc_status::*;
+
+/// The mutable state of a QP, under its lock (the data path works on it too).
+pub struct Inner {
+    pub(super) state: QpState,
+    pub(super) attr: QpAttrs,
+    pub(super) sq: VecDeque<SendWqe>,
+    /// Bytes of the front send already written to the ring.
+    pub(super) pushed: u64,
+    pub(super) inflight: VecDeque<Inflight>,
+    pub(super) rq: VecDeque<RecvWqe>,
+    pub(super) cur_in: Option<InMsg>,
+    pub(super) responses: VecDeque<RespJob>,
+    pub(super) link: Option<Arc<Link>>,
+    /// The peer connected before we reached RTR: its handshake waits here.
+    pending_hello: Option<(OwnedFd, Hello, Vec<OwnedFd>)>,
+    /// The peer's QP is gone (or could not be reached).
+    pub(super) peer_gone: bool,
+    /// When the transport retries towards a silent peer run out.
+    pub(super) retry_deadline: Option<std::time::Instant>,
+    /// UD: multicast groups this QP is attached to, with the marker socket of each.
+    mcast: Vec<([u8; 16], OwnedFd)>,
+}
+
+pub struct SoftQp {
+    pub qpn: u32,
+    ud: bool,
+    max_recv_wr: u32,
+    pub(super) sq_sig_all: bool,
+    pub(super) send_cq: Arc<dyn CompletionSink>,
+    pub(super) recv_cq: Arc<dyn CompletionSink>,
+    pub(super) keys: Arc<dyn MemoryKeys>,
+    pub(super) srq: Option<Arc<dyn SharedRecvQueue>>,
+    pub(super) events: Arc<dyn EventSink>,
+    /// The socket that owns our QPN: listening (RC) or receiving datagrams (UD).
+    listener: Arc<OwnedFd>,
+    /// RC: accepts the peer's handshake connection (never blocking the progress thread).
+    _acceptor: Option<Acceptor>,
+    /// The process generation (`fork`) that created the QP: a forked child must not touch it.
+    generation: u64,
+    /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
+    block_self_mcast: AtomicBool,
+    st: Mutex<Inner>,
+    me: Weak<SoftQp>,
+}
+
+/// QPN → QP, for handshakes arriving at a QP's socket.
+static BY_QPN: Lazy<RwLock<HashMap<u32, Weak<SoftQp>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SoftQp {
+    /// Allocates a QPN and its socket and registers the QP with the progress engine.
+    pub fn create(init: QpInit) -> Result<Arc<SoftQp>> {
+        let ud = init.ud;
+        let (qpn, listener) = link::allocate_qpn(ud)?;
+        let listener = Arc::new(listener);
+        let acceptor = if ud {
+            None
+        } else {
+            Some(Acceptor::start(listener.clone(), Box::new(on_handshake))?)
+        };
+        let qp = Arc::new_cyclic(|me| SoftQp {
+            qpn,
+            ud,
+            max_recv_wr: init.max_recv_wr,
+            sq_sig_all: init.sq_sig_all,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            keys: init.keys,
+            srq: init.srq,
+            events: init.events,
+            listener,
+            _acceptor: acceptor,
+            generation: fork::generation(),
+            block_self_mcast: AtomicBool::new(false),
+            st: Mutex::new(Inner {
+                state: QpState::Reset,
+                attr: QpAttrs::default(),
+                sq: VecDeque::new(),
+                pushed: 0,
+                inflight: VecDeque::new(),
+                rq: VecDeque::new(),
+                cur_in: None,
+                responses: VecDeque::new(),
+                link: None,
+                pending_hello: None,
+                peer_gone: false,
+                retry_deadline: None,
+                mcast: Vec::new(),
+            }),
+            me: me.clone(),
+        });
+        let w = Arc::downgrade(&qp);
+        let eng = engine()?;
+        if ud {
+            let lw = w.clone();
+            // The handler reaches the socket through the QP, so a destroyed QP's descriptor
+            // number (possibly reused) is never touched.
+            eng.watch(
+                qp.listener.as_raw_fd(),
+                Arc::new(move |_| {
+                    if let Some(q) = lw.upgrade() {
+                        q.receive_datagrams();
+                    }
+                }),
+            )?;
+        }
+        let f = fork::shared();
+        BY_QPN.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, w.clone());
+        drop(f);
+        let pw: Weak<dyn Pollable> = w;
+        eng.add_pollable(pw);
+        Ok(qp)
+    }
+
+    /// The socket that owns our QPN.
+    pub(super) fn socket(&self) -> &OwnedFd {
+        &self.listener
+    }
+
+    pub(super) fn block_self_mcast(&self) -> bool {
+        self.block_self_mcast.load(Ordering::Relaxed)
+    }
+
+    fn set_state(&self, st: &mut Inner, s: QpState) {
+        st.state = s;
+        self.events.state_changed(s);
+    }
+
+    /// At RTR: the smaller QPN connects; the larger one waits for (or adopts) the handshake.
+    fn connect_link(&self, st: &mut Inner) {
+        let dest = st.attr.dest_qp_num;
+        if self.qpn < dest {
+            match Link::connect(self.qpn, dest) {
+                Ok(l) => self.attach(st, l),
+                Err(_) => st.peer_gone = true,
+            }
+        } else if let Some((sock, h, fds)) = st.pending_hello.take() {
+            if h.from_qpn == dest {
+                match Link::accept(self.qpn, sock, &h, fds) {
+                    Ok(l) => self.attach(st, l),
+                    Err(_) => st.peer_gone = true,
+                }
+            }
+        }
+    }
+
+    fn attach(&self, st: &mut Inner, l: Link) {
+        let l = Arc::new(l);
+        let fd = l.sock_fd();
+        let me = self.me.clone();
+        let weak_link = Arc::downgrade(&l);
+        if let Ok(e) = engine() {
+            let _ = e.watch(
+                fd,
+                Arc::new(move |_| {
+                    let (Some(qp), Some(link)) = (me.upgrade(), weak_link.upgrade()) else {
+                        return;
+                    };
+                    match link.on_readable() {
+                        Ok(true) => {
+                            qp.progress_now();
+                        }
+                        _ => {
+                            if let Ok(e) = engine() {
+                                e.unwatch(link.sock_fd());
+                            }
+                            qp.on_peer_gone();
+                        }
+                    }
+                }),
+            );
+        }
+        st.link = Some(l);
+        st.retry_deadline = None;
+    }
+
+    /// A peer's handshake arrived at our socket.
+    fn on_hello(&self, sock: OwnedFd, h: Hello, fds: Vec<OwnedFd>) {
+        let mut st = lock(&self.st);
+        let ready = matches!(st.state, QpState::Rtr | QpState::Rts) && st.link.is_none();
+        if ready && st.attr.dest_qp_num == h.from_qpn {
+            match Link::accept(self.qpn, sock, &h, fds) {
+                Ok(l) => self.attach(&mut st, l),
+                Err(_) => st.peer_gone = true,
+            }
+        } else if matches!(st.state, QpState::Reset | QpState::Init) {
+            st.pending_hello = Some((sock, h, fds));
+        }
+        drop(st);
+        self.progress_now();
+    }
+
+    fn on_peer_gone(&self) {
+        let mut st = lock(&self.st);
+        st.peer_gone = true;
+        drop(st);
+        self.progress_now();
+    }
+
+    fn flush(&self, cq: &dyn CompletionSink, wr_id: u64, opcode: u32, sq_seq: u64) {
+        cq.push(Completion {
+            wr_id,
+            status: IBV_WC_WR_FLUSH_ERR,
+            opcode,
+            qp_num: self.qpn,
+            sq_seq,
+            ..Completion::default()
+        })
+    }
+
+    /// Moves to ERR: every outstanding request completes with `IBV_WC_WR_FLUSH_ERR`.
+    pub(super) fn to_error(&self, st: &mut Inner) {
+        self.set_state(st, QpState::Err);
+        if let Some(l) = &st.link {
+            l.out.close();
+            l.notify_peer();
+        }
+        for f in st.inflight.drain(..) {
+            self.flush(&*self.send_cq, f.wr_id, f.wc_opcode, f.seq);
+        }
+        for w in st.sq.drain(..) {
+            self.flush(&*self.send_cq, w.wr_id, w.wc_opcode(), w.seq);
+        }
+        st.pushed = 0;
+        st.responses.clear();
+        if let Some(InMsg::Recv { wqe, .. }) = st.cur_in.take() {
+            self.flush(&*self.recv_cq, wqe.wr_id, IBV_WC_RECV, 0);
+        }
+        for w in st.rq.drain(..) {
+            self.flush(&*self.recv_cq, w.wr_id, IBV_WC_RECV, 0);
+        }
+    }
+
+    /// A send request failed: its error completion, then the QP fails.
+    pub(super) fn error_completion(
+        &self,
+        st: &mut Inner,
+        wr_id: u64,
+        sq_seq: u64,
+        status: u32,
+        opcode: u32,
+    ) {
+        self.send_cq.push(Completion {
+            wr_id,
+            status,
+            opcode,
+            qp_num: self.qpn,
+            sq_seq,
+            ..Completion::default()
+        });
+        self.fail(st);
+    }
+
+    /// Moves to ERR because of an error (not a modify): flushes, and reports `QpEvent::Fatal`
+    /// (`IBV_EVENT_QP_FATAL` on the context's async events), as rxe does.
+    pub(super) fn fail(&self, st: &mut Inner) {
+        self.to_error(st);
+        self.events.qp_event(QpEvent::Fatal);
+    }
+
+    /// Empties every queue without completions (the move to RESET).
+    fn reset(&self, st: &mut Inner) {
+        st.sq.clear();
+        st.inflight.clear();
+        st.rq.clear();
+        st.cur_in = None;
+        st.responses.clear();
+        st.link = None;
+        st.pending_hello = None;
+        st.peer_gone = false;
+        st.retry_deadline = None;
+        st.pushed = 0;
+        self.set_state(st, QpState::Reset);
+    }
+
+    pub(super) fn lock_state(&self) -> std::sync::MutexGuard<'_, Inner> {
+        lock(&self.st)
+    }
+}
+
+impl TransportQp for SoftQp {
+    fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn state(&self) -> QpState {
+        lock(&self.st).state
+    }
+
+    fn modify(&self, decide: ModifyFn<'_>) -> Result<()> {
+        let mut st = lock(&self.st);
+        let cur = st.state;
+        let (to, attr) = decide(cur)?;
+        st.attr = attr;
+        match to {
+            QpState::Reset => self.reset(&mut st),
+            QpState::Err => self.to_error(&mut st),
+            QpState::Rtr if cur == QpState::Init && !self.ud => {
+                self.set_state(&mut st, QpState::Rtr);
+                self.connect_link(&mut st);
+            }
+            s => self.set_state(&mut st, s),
+        }
+        drop(st);
+        self.progress_now();
+        Ok(())
+    }
+
+    fn post_send(&self, mut w: SendWqe, admit: AdmitFn<'_>) -> Result<()> {
+        if self.ud {
+            Self::check_ud(&w)?;
+        }
+        let mut st = lock(&self.st);
+        w.seq = admit(st.state)?;
+        if st.state == QpState::Err {
+            // Posting to a QP in error is allowed: the request is flushed.
+            self.flush(&*self.send_cq, w.wr_id, w.wc_opcode(), w.seq);
+            return Ok(());
+        }
+        if self.ud {
+            return self.post_send_ud(&mut st, w);
+        }
+        st.sq.push_back(w);
+        if self.push_sends(&mut st) {
+            if let Some(l) = &st.link {
+                l.notify_peer();
+            }
+        }
+        Ok(())
+    }
+
+    fn post_recv(&self, w: RecvWqe) -> Result<()> {
+        let mut st = lock(&self.st);
+        if st.state == QpState::Reset {
+            return Err(Errno::EINVAL);
+        }
+        if st.rq.len() >= self.max_recv_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        if st.state == QpState::Err {
+            self.flush(&*self.recv_cq, w.wr_id, IBV_WC_RECV, 0);
+            return Ok(());
+        }
+        st.rq.push_back(w);
+        // A message may be waiting for exactly this receive (RNR): take it now, as the
+        // application may block on its channel next.
+        self.consume(&mut st);
+        Ok(())
+    }
+
+    fn progress(&self) -> bool {
+        self.progress_now()
+    }
+
+    /// UD QPs only (checked above); attaching twice is harmless.
+    fn attach_mcast(&self, gid: [u8; 16]) -> Result<()> {
+        let mut st = lock(&self.st);
+        if st.mcast.iter().any(|(g, _)| *g == gid) {
+            return Ok(());
+        }
+        let marker = super::datagram::join(&gid, self.qpn)?;
+        st.mcast.push((gid, marker));
+        Ok(())
+    }
+
+    /// `EINVAL` if not attached.
+    fn detach_mcast(&self, gid: [u8; 16]) -> Result<()> {
+        let mut st = lock(&self.st);
+        let before = st.mcast.len();
+        st.mcast.retain(|(g, _)| *g != gid);
+        if st.mcast.len() == before {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
+
+    fn set_block_self_mcast(&self, v: bool) {
+        self.block_self_mcast.store(v, Ordering::Relaxed);
+    }
+
+    fn destroy(&self) {
+        if let Ok(e) = engine() {
+            e.unwatch(self.listener.as_raw_fd());
+        }
+        let f = fork::shared();
+        BY_QPN.write().unwrap_or_else(|e| e.into_inner()).remove(&self.qpn);
+        drop(f);
+        let mut st = lock(&self.st);
+        st.link = None;
+        st.pending_hello = None;
+        st.mcast.clear();
+    }
+}
+
+impl Pollable for SoftQp {
+    fn progress(&self) -> bool {
+        self.progress_now()
+    }
+}
+
+/// The first message on a connection to a QP's socket: a peer's handshake, or garbage (the
+/// connection is then dropped).
+fn on_handshake(conn: OwnedFd, first: &[u8], fds: Vec<OwnedFd>) {
+    let Ok(h) = link::parse_hello(first) else { return };
+    let f = fork::shared();
+    let table = BY_QPN.read().unwrap_or_else(|e| e.into_inner());
+    let qp = table.get(&h.to_qpn).and_then(|w| w.upgrade());
+    drop(table);
+    drop(f);
+    // A QP inherited from a parent process is the parent's: a child never adopts for it.
+    if let Some(qp) = qp.filter(|q| q.generation == fork::generation()) {
+        qp.on_hello(conn, h, fds);
+    }
+}

@@ -1,0 +1,11 @@
+//! Process-wide runtime shared by the connection manager and the providers: the progress engine
+//! (one epoll thread, timers, doorbells), eventfd-backed queues, unix sockets with their accept,
+//! credential and fork plumbing, and shared memory. It names no higher layer.
+
+pub mod accept;
+pub mod access;
+pub mod engine;
+pub mod fdqueue;
+pub mod fork;
+pub mod shm;
+pub mod unix;

@@ -1,0 +1,304 @@
+//! The one builder of send requests. `ibv_post_send` (through [`read_send_wr`]) and the
+//! `ibv_wr_*` posting API (`qp_ex.rs`) both make their [`SendWqe`] here, so a request is read,
+//! copied (inline data) and checked the same way whichever API posted it.
+
+use super::ah::Ah;
+use super::objects;
+use super::qp::Qp;
+use crate::errno::{Errno, Result};
+use crate::provider::{InlineData, Payload, SendWqe, Sge, Sgl};
+use crate::sys::*;
+use std::sync::Arc;
+
+use ibv_wr_opcode::*;
+
+/// The operation part of a work request (`ibv_send_wr.opcode` and its union, or an `ibv_wr_<op>`
+/// call).
+pub struct Op {
+    pub opcode: u32,
+    pub imm: Option<u32>,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub compare_add: u64,
+    pub swap: u64,
+}
+
+impl Op {
+    pub fn new(opcode: u32) -> Op {
+        Op { opcode, imm: None, remote_addr: 0, rkey: 0, compare_add: 0, swap: 0 }
+    }
+}
+
+fn is_atomic(opcode: u32) -> bool {
+    matches!(opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
+}
+
+/// Operations whose data may be inline (copied at post time).
+fn may_inline(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+    )
+}
+
+/// A send request being built: operation, then data (SGEs or inline), then (UD) destination;
+/// [`SendWr::check`] validates its shape and [`SendWr::finish`] yields the request.
+pub struct SendWr {
+    wqe: SendWqe,
+    /// Number of SGEs given (counted against `max_send_sge`; 0 for `wr_set_inline_data`).
+    num_sge: usize,
+    /// `IBV_SEND_INLINE` was set.
+    inline_flag: bool,
+    /// A UD destination was given (it may still have been refused).
+    has_ud: bool,
+    /// The UD destination (address handle, remote QPN and qkey), resolved by `finish`.
+    ud: Option<(Arc<Ah>, u32, u32)>,
+    /// The data given cannot be posted (a NULL inline buffer, inline data for a READ, …).
+    refused: bool,
+}
+
+impl SendWr {
+    /// Starts a request; `EINVAL` for an operation this provider does not implement (memory
+    /// windows, invalidation, TSO, …).
+    pub fn new(wr_id: u64, send_flags: u32, op: Op) -> Result<SendWr> {
+        if !matches!(
+            op.opcode,
+            IBV_WR_SEND
+                | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_RDMA_WRITE
+                | IBV_WR_RDMA_WRITE_WITH_IMM
+                | IBV_WR_RDMA_READ
+                | IBV_WR_ATOMIC_CMP_AND_SWP
+                | IBV_WR_ATOMIC_FETCH_AND_ADD
+        ) {
+            return Err(Errno::EINVAL);
+        }
+        let f = |b: ibv_send_flags| send_flags & b.0 != 0;
+        Ok(SendWr {
+            wqe: SendWqe {
+                wr_id,
+                opcode: op.opcode,
+                signaled: f(ibv_send_flags::IBV_SEND_SIGNALED),
+                solicited: f(ibv_send_flags::IBV_SEND_SOLICITED),
+                imm: op.imm,
+                payload: Payload::Sges(Sgl::empty()),
+                len: 0,
+                remote_addr: op.remote_addr,
+                rkey: op.rkey,
+                compare_add: op.compare_add,
+                swap: op.swap,
+                ud: None,
+                seq: 0,
+            },
+            num_sge: 0,
+            inline_flag: f(ibv_send_flags::IBV_SEND_INLINE),
+            has_ud: false,
+            ud: None,
+            refused: false,
+        })
+    }
+
+    pub fn opcode(&self) -> u32 {
+        self.wqe.opcode
+    }
+
+    /// The scatter/gather list. With `IBV_SEND_INLINE`, a SEND or RDMA WRITE copies the data now
+    /// (`EINVAL`, and the request is refused, if it cannot be read).
+    ///
+    /// # Safety
+    /// With `IBV_SEND_INLINE` set, every entry's buffer is readable for its length (the verbs
+    /// contract for inline data).
+    pub unsafe fn set_sges(&mut self, sges: &[ibv_sge]) -> Result<()> {
+        self.wqe.len = sges.iter().map(|s| s.length as u64).sum();
+        self.num_sge = sges.len();
+        self.wqe.payload = if self.inline_flag && may_inline(self.wqe.opcode) {
+            let bufs = sges.iter().map(|s| (s.addr as *const u8, s.length as usize));
+            // SAFETY: per the function's contract.
+            match unsafe { InlineData::gather(bufs) } {
+                Ok(v) => Payload::Inline(v),
+                Err(e) => {
+                    self.refused = true;
+                    self.wqe.payload = Payload::Sges(Sgl::empty());
+                    return Err(e);
+                }
+            }
+        } else {
+            Payload::Sges(sgl_of(sges))
+        };
+        Ok(())
+    }
+
+    /// Inline data given as buffers (`wr_set_inline_data`): copied now. READ and atomics need a
+    /// local buffer for their result, so they refuse it.
+    ///
+    /// # Safety
+    /// Every buffer is readable for its length.
+    pub unsafe fn set_inline(&mut self, bufs: &[(*const u8, usize)]) -> Result<()> {
+        // SAFETY: per the function's contract.
+        match unsafe { InlineData::gather(bufs.iter().copied()) } {
+            Ok(v) if may_inline(self.wqe.opcode) => {
+                self.wqe.len = v.as_slice().len() as u64;
+                self.wqe.payload = Payload::Inline(v);
+                self.num_sge = 0;
+                Ok(())
+            }
+            Ok(_) => {
+                self.refused = true;
+                Err(Errno::EINVAL)
+            }
+            Err(e) => {
+                self.refused = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// The destination of a UD send (`EINVAL` for an address handle that is not live).
+    pub fn set_ud_addr(
+        &mut self,
+        ah: *mut ibv_ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> Result<()> {
+        self.has_ud = true;
+        let ah = objects().ahs.get(ah);
+        self.ud = ah.as_ref().ok().map(|ah| (ah.clone(), remote_qpn, remote_qkey));
+        ah.map(|_| ())
+    }
+
+    /// The checks every request passes before anything is queued: data accepted, SGE count,
+    /// atomics on exactly one 8-byte entry, and for UD a destination and a SEND opcode.
+    pub fn check(&self, qp: &Qp) -> Result<()> {
+        let w = &self.wqe;
+        if self.refused || self.num_sge > qp.cap.max_send_sge as usize {
+            return Err(Errno::EINVAL);
+        }
+        if is_atomic(w.opcode) && (self.num_sge != 1 || w.len != 8) {
+            return Err(Errno::EINVAL);
+        }
+        if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
+            if !self.has_ud || self.ud.is_none() {
+                return Err(Errno::EINVAL);
+            }
+            if !matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        Ok(())
+    }
+
+    /// The request and its SGE count, for `Qp::post_send`. An RC QP ignores a UD destination,
+    /// as it ignores `wr.ud`.
+    pub fn finish(mut self, qp: &Qp) -> (SendWqe, usize) {
+        if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
+            if let Some((ah, qpn, qkey)) = &self.ud {
+                self.wqe.ud = Some(super::ud::resolve(ah, *qpn, *qkey));
+            }
+        }
+        (self.wqe, self.num_sge)
+    }
+}
+
+/// A C scatter/gather array as a slice (`EINVAL` for a negative count or a NULL array).
+///
+/// # Safety
+/// `sg` is valid for `n` entries, for `'a`, when `n > 0`.
+unsafe fn sge_slice<'a>(sg: *const ibv_sge, n: i32) -> Result<&'a [ibv_sge]> {
+    if n < 0 || (n > 0 && sg.is_null()) {
+        return Err(Errno::EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: per the function's contract.
+    Ok(unsafe { std::slice::from_raw_parts(sg, n as usize) })
+}
+
+/// Reads a C scatter/gather array (a receive's).
+///
+/// # Safety
+/// `sg` is valid for `n` entries when `n > 0`.
+pub unsafe fn read_sgl(sg: *const ibv_sge, n: i32) -> Result<Sgl> {
+    // SAFETY: per the function's contract.
+    let s = unsafe { sge_slice(sg, n) }?;
+    Ok(sgl_of(s))
+}
+
+/// A C scatter/gather array as the provider's list (one entry needs no allocation).
+pub fn sgl_of(s: &[ibv_sge]) -> Sgl {
+    let sge = |e: &ibv_sge| Sge { addr: e.addr, length: e.length, lkey: e.lkey };
+    match s {
+        [one] => Sgl::One(sge(one)),
+        _ => Sgl::Many(s.iter().map(sge).collect()),
+    }
+}
+
+/// Builds the request an `ibv_send_wr` describes for `qp` and checks it.
+///
+/// # Safety
+/// `wr` is a valid work request; its SGE array and, for inline sends, the buffers are readable.
+pub unsafe fn read_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<(SendWqe, usize)> {
+    // SAFETY: for the *_WITH_IMM opcodes the union holds imm_data (read only for them).
+    let imm_data = unsafe { wr.imm_data_invalidated_rkey_union.imm_data };
+    let op = match wr.opcode {
+        IBV_WR_SEND => Op::new(IBV_WR_SEND),
+        IBV_WR_SEND_WITH_IMM => Op { imm: Some(imm_data), ..Op::new(wr.opcode) },
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_READ | IBV_WR_RDMA_WRITE_WITH_IMM => {
+            // SAFETY: RDMA opcodes use the wr.rdma member of the union.
+            let r = unsafe { wr.wr.rdma };
+            let imm = (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM).then_some(imm_data);
+            Op { imm, remote_addr: r.remote_addr, rkey: r.rkey, ..Op::new(wr.opcode) }
+        }
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            // SAFETY: atomic opcodes use the wr.atomic member of the union.
+            let a = unsafe { wr.wr.atomic };
+            Op {
+                remote_addr: a.remote_addr,
+                rkey: a.rkey,
+                compare_add: a.compare_add,
+                swap: a.swap,
+                ..Op::new(wr.opcode)
+            }
+        }
+        _ => Op::new(wr.opcode), // refused by SendWr::new
+    };
+    let mut b = SendWr::new(wr.wr_id, wr.send_flags, op)?;
+    // SAFETY: per the function's contract.
+    let sges = unsafe { sge_slice(wr.sg_list, wr.num_sge) }?;
+    // SAFETY: an inline send's buffers are readable at post time (the verbs contract).
+    unsafe { b.set_sges(sges) }?;
+    if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
+        // SAFETY: a UD QP's work requests use the wr.ud member of the union.
+        let u = unsafe { wr.wr.ud };
+        b.set_ud_addr(u.ah, u.remote_qpn, u.remote_qkey)?;
+    }
+    b.check(qp)?;
+    Ok(b.finish(qp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inline data through the builder: buffers concatenated, a NULL one refused.
+    #[test]
+    fn inline_buffers() {
+        let a = [1u8, 2, 3];
+        let b = [4u8];
+        let mut w = SendWr::new(1, 0, Op::new(IBV_WR_SEND)).expect("SEND is supported");
+        // SAFETY: both buffers are readable for their lengths.
+        let r = unsafe { w.set_inline(&[(a.as_ptr(), 3), (std::ptr::null(), 0), (b.as_ptr(), 1)]) };
+        assert_eq!(r, Ok(()));
+        match &w.wqe.payload {
+            Payload::Inline(d) => assert_eq!(d.as_slice(), &[1, 2, 3, 4]),
+            Payload::Sges(_) => panic!("inline data kept as SGEs"),
+        }
+        // SAFETY: a NULL buffer is refused before being read.
+        assert_eq!(unsafe { w.set_inline(&[(std::ptr::null(), 2)]) }, Err(Errno::EINVAL));
+        assert!(w.refused);
+        let mut r = SendWr::new(1, 0, Op::new(IBV_WR_RDMA_READ)).expect("READ is supported");
+        // SAFETY: a is readable for its length.
+        assert_eq!(unsafe { r.set_inline(&[(a.as_ptr(), 3)]) }, Err(Errno::EINVAL));
+        assert!(SendWr::new(1, 0, Op::new(IBV_WR_BIND_MW)).is_err());
+    }
+}
