@@ -12,6 +12,9 @@ use crate::runtime::unix::{self, Pod};
 use crate::sys::*;
 use std::os::fd::AsRawFd;
 
+/// Datagrams taken per readiness event of a UD QP's socket.
+const MAX_BATCH: usize = 64;
+
 use ibv_wc_opcode::*;
 use ibv_wc_status::*;
 
@@ -105,7 +108,9 @@ impl SoftQp {
     /// Takes the datagrams waiting at our socket and delivers them into posted receives.
     pub(super) fn receive_datagrams(&self) {
         let mut buf = vec![0u8; HDR_LEN + UD_MTU];
-        loop {
+        // At most a bounded batch per readiness event: a sender flooding this QP cannot keep
+        // the progress thread here (the socket stays readable and is served again next round).
+        for _ in 0..MAX_BATCH {
             let n = match unix::recv_dgram(self.socket().as_raw_fd(), &mut buf) {
                 Ok(Some((n, Some(uid)))) if access::allowed(uid) => n,
                 Ok(Some(_)) => continue, // from a user we do not accept: dropped
