@@ -49,7 +49,6 @@ int main(void)
 	ctx = ibv_open_device(devs[0]);
 	ibv_free_device_list(devs);
 	CHECK(ctx, "open_device");
-	ibv_free_device_list(devs);
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "alloc_pd");
 	size_t big = 1 << 20;

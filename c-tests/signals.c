@@ -187,7 +187,6 @@ int main(void)
 	vctx = ibv_open_device(list[0]);
 	ibv_free_device_list(list);
 	CHECK(vctx, "open_device");
-	ibv_free_device_list(list);
 	comp_ch = ibv_create_comp_channel(vctx);
 	CHECK(comp_ch, "create_comp_channel");
 	expect_eintr("ibv_get_cq_event", get_cq_event, NULL);
