@@ -583,7 +583,15 @@ static void case_rdma_get_devices(void)
 
 static void case_rdma_free_devices(void)
 {
+	struct ibv_context *foreign[2] = { NULL, NULL };
+	struct ibv_context **list = rdma_get_devices(NULL);
+
 	EXPECT_RETURNS(rdma_free_devices(NULL));
+	/* A list we never handed out, and one freed twice: ignored, never a heap corruption. */
+	EXPECT_RETURNS(rdma_free_devices(foreign));
+	REQUIRE(list != NULL);
+	EXPECT_RETURNS(rdma_free_devices(list));
+	EXPECT_RETURNS(rdma_free_devices(list));
 }
 
 static void case_rdma_event_str(void)

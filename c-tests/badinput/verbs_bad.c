@@ -211,7 +211,15 @@ static void case_ibv_get_device_list(void)
 
 static void case_ibv_free_device_list(void)
 {
+	struct ibv_device *foreign[2] = { &foreign_dev, NULL };
+	struct ibv_device **list = ibv_get_device_list(NULL);
+
 	EXPECT_RETURNS(ibv_free_device_list(NULL));
+	/* A list we never handed out, and one freed twice: ignored, never a heap corruption. */
+	EXPECT_RETURNS(ibv_free_device_list(foreign));
+	REQUIRE(list != NULL);
+	EXPECT_RETURNS(ibv_free_device_list(list));
+	EXPECT_RETURNS(ibv_free_device_list(list));
 }
 
 static void case_ibv_get_device_name(void)

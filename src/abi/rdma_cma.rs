@@ -157,16 +157,7 @@ entry! {
             Some(_) => Some(cm_context()?),
             None => None, // RDMASHIM_PROVIDER selects no provider: an empty list
         };
-        // SAFETY: malloc of two pointers; freed by rdma_free_devices.
-        let list = unsafe { libc::malloc(2 * std::mem::size_of::<*mut ibv_context>()) } as *mut *mut ibv_context;
-        if list.is_null() {
-            return Err(Errno::ENOMEM);
-        }
-        // SAFETY: list holds two slots.
-        unsafe {
-            *list = ctx.unwrap_or(std::ptr::null_mut());
-            *list.add(1) = std::ptr::null_mut();
-        }
+        let list = crate::verbs::ptr_list::alloc(ctx)?;
         // SAFETY: num is NULL or a valid out-pointer.
         if let Some(n) = unsafe { num.as_mut() } {
             *n = ctx.is_some() as c_int;
@@ -175,8 +166,7 @@ entry! {
     }
 
     fn rdma_free_devices(list: *mut *mut ibv_context) -> Nothing {
-        // SAFETY: list came from rdma_get_devices (malloc) or is NULL.
-        unsafe { libc::free(list.cast()) };
+        crate::verbs::ptr_list::free(list);
         Ok(())
     }
 

@@ -69,17 +69,8 @@ macro_rules! cstr_table {
 
 entry! {
     fn ibv_get_device_list(num: *mut c_int) -> NullOr<*mut ibv_device> {
-        // SAFETY: malloc of two pointers; the caller frees it with ibv_free_device_list.
-        let list = unsafe { libc::malloc(2 * std::mem::size_of::<*mut ibv_device>()) } as *mut *mut ibv_device;
-        if list.is_null() {
-            return Err(Errno::ENOMEM);
-        }
         let dev = device::device_list();
-        // SAFETY: list holds two slots.
-        unsafe {
-            *list = dev.unwrap_or(std::ptr::null_mut());
-            *list.add(1) = std::ptr::null_mut();
-        }
+        let list = crate::verbs::ptr_list::alloc(dev)?;
         // SAFETY: num is NULL or a valid out-pointer.
         if let Some(n) = unsafe { num.as_mut() } {
             *n = dev.is_some() as c_int;
@@ -88,8 +79,7 @@ entry! {
     }
 
     fn ibv_free_device_list(list: *mut *mut ibv_device) -> Nothing {
-        // SAFETY: list came from ibv_get_device_list (malloc) or is NULL.
-        unsafe { libc::free(list.cast()) };
+        crate::verbs::ptr_list::free(list);
         Ok(())
     }
 

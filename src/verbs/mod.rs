@@ -10,6 +10,7 @@ pub mod device;
 pub mod device_ex;
 pub mod mr;
 pub mod pd;
+pub mod ptr_list;
 pub mod qp;
 pub mod qp_ex;
 pub mod send_wr;
