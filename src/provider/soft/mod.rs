@@ -22,4 +22,5 @@ pub mod ring;
 pub mod roce;
 pub mod segcheck;
 pub mod shm;
+pub mod transport;
 pub mod unix;

@@ -1,0 +1,1 @@
+//! Random well-formed and malformed packets against a responder and a requester.

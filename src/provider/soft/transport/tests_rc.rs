@@ -1,0 +1,430 @@
+//! RC requester and responder end to end, through the simulated lossy wire.
+
+use super::harness::*;
+use super::*;
+use crate::provider::soft::roce::opcode::op;
+use crate::provider::soft::roce::{NakCode, Syndrome};
+
+const RW: (bool, bool, bool) = (true, true, true);
+
+fn cfg() -> RcConfig {
+    RcConfig::new(0x11, 0x22, 100, 9000)
+}
+
+/// Pattern for message `m` (so a misplaced or duplicated byte shows).
+fn pattern(m: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng::new(m.wrapping_mul(7919) + 1);
+    let mut v = vec![0; len];
+    r.fill(&mut v);
+    v
+}
+
+/// Sends `sizes` from node 0 to node 1 and checks every message arrived once, in order, exact.
+fn sends_arrive_exactly_once(c: RcConfig, sizes: &[usize], seed: u64, faults: Faults) -> Sim {
+    let mut s = Sim::new(c, seed, faults);
+    let total: usize = sizes.iter().sum();
+    let src = s.n[0].mem.region(1, 0x1000, total.max(1), RW);
+    let dst = s.n[1].mem.region(2, 0x9000, total.max(1) + sizes.len() * 8, RW);
+    let mut at = 0u64;
+    let mut dat = 0u64;
+    let mut want = vec![];
+    for (m, &len) in sizes.iter().enumerate() {
+        let m = m as u64;
+        let sgl = s.n[0].mem.sgl(m, src, at, len as u64);
+        let data = pattern(m, len);
+        s.n[0].mem.bytes_mut(sgl).copy_from_slice(&data);
+        // Receives 8 bytes longer than the message: byte_len must say the truth.
+        let rsgl = s.n[1].mem.sgl(1000 + m, dst, dat, len as u64 + 8);
+        s.n[1].rq.q.push_back(Recv { wr_id: 1000 + m, sgl: rsgl, len: len as u32 + 8 });
+        let op = if m % 3 == 1 { WrOp::SendImm(m as u32) } else { WrOp::Send };
+        s.post(0, wr(m, op, sgl, len as u32));
+        want.push((rsgl, data, op));
+        at += len as u64;
+        dat += len as u64 + 8;
+    }
+    let n = sizes.len();
+    assert!(s.run(2_000_000, |s| s.n[0].out.sends().len() == n), "all sends complete");
+    let sends = s.n[0].out.sends();
+    for (m, c) in sends.iter().enumerate() {
+        assert_eq!((c.wr_id, c.status, c.opcode), (m as u64, Status::Success, WcOpcode::Send));
+    }
+    let recvs = s.n[1].out.recvs();
+    assert_eq!(recvs.len(), n, "each message received exactly once");
+    for (m, c) in recvs.iter().enumerate() {
+        let (rsgl, data, op) = &want[m];
+        assert_eq!((c.wr_id, c.status), (1000 + m as u64, Status::Success), "in order");
+        assert_eq!(c.byte_len as usize, data.len());
+        assert_eq!(c.imm, if let WrOp::SendImm(i) = op { Some(*i) } else { None });
+        assert_eq!(&s.n[1].mem.bytes(*rsgl)[..data.len()], &data[..], "message {m} byte-exact");
+        assert_eq!(&s.n[1].mem.bytes(*rsgl)[data.len()..], &[0; 8], "nothing beyond the message");
+    }
+    assert!(!s.n[0].qp.is_error() && !s.n[1].qp.is_error());
+    assert_eq!(s.n[0].mem.local_refused + s.n[1].mem.local_refused, 0);
+    s
+}
+
+const SIZES: [usize; 12] =
+    [0, 1, 3, 1023, 1024, 1025, 2048, 4097, 10_000, 65_536, 100_003, 1 << 20];
+
+#[test]
+fn sends_clean_wire() {
+    let s = sends_arrive_exactly_once(cfg(), &SIZES, 1, Faults::NONE);
+    // Coalesced ACKs: far fewer ACKs than request packets.
+    let acks = s.sent_by(1).iter().filter(|p| p.bth.opcode() == op::ACK).count();
+    let reqs = s.sent_by(0).len();
+    assert!(acks * 4 < reqs, "{acks} ACKs for {reqs} packets");
+}
+
+#[test]
+fn sends_lossy_wire_several_seeds_and_mtus() {
+    for (seed, mtu) in [(2, 1024), (3, 256), (4, 4096), (5, 512)] {
+        let mut c = cfg();
+        c.mtu = mtu;
+        sends_arrive_exactly_once(c, &SIZES, seed, Faults::LOSSY);
+    }
+}
+
+#[test]
+fn sends_heavy_loss_small_window() {
+    let mut c = cfg();
+    c.window = 8;
+    c.mtu = 256;
+    let f = Faults { drop: 20, dup: 20, jitter: 50_000, delay: 500 };
+    sends_arrive_exactly_once(c, &[5000, 1, 0, 7000, 256, 512, 30_000], 6, f);
+}
+
+#[test]
+fn psn_wraps_around_2_pow_24() {
+    let mut c = cfg();
+    c.sq_psn = psn::PSN_MASK - 40;
+    c.mtu = 256;
+    let s = sends_arrive_exactly_once(c, &[4000, 4000, 4000, 100, 9000], 7, Faults::LOSSY);
+    let psns: Vec<u32> = s.sent_by(0).iter().map(|p| p.bth.psn()).collect();
+    assert!(psns.contains(&psn::PSN_MASK) && psns.contains(&0), "the PSNs crossed the wrap");
+}
+
+/// WRITEs then READs of the same bytes, under loss: READ must return what WRITE put there.
+fn write_then_read(seed: u64, faults: Faults, mtu: u32, sizes: &[usize]) {
+    let mut c = cfg();
+    c.mtu = mtu;
+    c.max_rd_atomic = 4;
+    c.max_dest_rd_atomic = 4;
+    let mut s = Sim::new(c, seed, faults);
+    let total: usize = sizes.iter().sum();
+    let src = s.n[0].mem.region(1, 0x10_0000, total, RW);
+    let back = s.n[0].mem.region(3, 0x90_0000, total, RW);
+    let _remote = s.n[1].mem.region(0x77, 0x4000_0000, total, RW);
+    let mut at = 0u64;
+    let mut id = 0;
+    for (m, &len) in sizes.iter().enumerate() {
+        let sgl = s.n[0].mem.sgl(id, src, at, len as u64);
+        let data = pattern(m as u64 + 50, len);
+        s.n[0].mem.bytes_mut(sgl).copy_from_slice(&data);
+        let mut w = wr(id, WrOp::Write, sgl, len as u32);
+        (w.remote_va, w.rkey) = (0x4000_0000 + at, 0x77);
+        s.post(0, w);
+        id += 1;
+        let rsgl = s.n[0].mem.sgl(id, back, at, len as u64);
+        let mut r = wr(id, WrOp::Read, rsgl, len as u32);
+        (r.remote_va, r.rkey) = (0x4000_0000 + at, 0x77);
+        s.post(0, r);
+        id += 1;
+        at += len as u64;
+    }
+    let n = id as usize;
+    let ok = s.run(3_000_000, |s| s.n[0].out.sends().len() == n);
+    if !ok {
+        eprintln!("seed {seed}: {:?} now {} sends {:?}", s.n[0].qp.req, s.now, s.n[0].out.sends());
+    }
+    assert!(ok);
+    let sends = s.n[0].out.sends();
+    for (k, c) in sends.iter().enumerate() {
+        assert_eq!((c.wr_id, c.status), (k as u64, Status::Success));
+    }
+    assert_eq!(s.n[0].mem.regions[src].data, s.n[1].mem.regions[0].data, "writes exact");
+    assert_eq!(s.n[0].mem.regions[src].data, s.n[0].mem.regions[back].data, "reads exact");
+}
+
+#[test]
+fn writes_and_reads_clean() {
+    write_then_read(10, Faults::NONE, 1024, &[1, 1000, 4096, 70_000, 0, 1 << 20, 333]);
+}
+
+#[test]
+fn writes_and_reads_under_loss() {
+    // READ recovery is go-back-N over the whole rest of the response (as in IB), so a READ of
+    // many packets under heavy loss takes many rounds: sizes are kept to what converges fast.
+    let small = [1, 1000, 4096, 20_000, 0, 333, 65_536];
+    for (seed, mtu) in [(11, 1024), (12, 256), (13, 4096)] {
+        write_then_read(seed, Faults::LOSSY, mtu, &small);
+    }
+    write_then_read(14, Faults { drop: 15, dup: 15, jitter: 40_000, delay: 700 }, 512, &small);
+    let f = Faults { drop: 1, dup: 5, jitter: 20_000, delay: 1000 };
+    write_then_read(15, f, 4096, &[1 << 20, 7, 1 << 20]);
+}
+
+#[test]
+fn atomics_under_duplication_execute_once() {
+    let mut c = cfg();
+    c.max_rd_atomic = 4;
+    c.max_dest_rd_atomic = 4;
+    let f = Faults { drop: 10, dup: 40, jitter: 30_000, delay: 1000 };
+    let mut s = Sim::new(c, 21, f);
+    let n = 200u64;
+    let results = s.n[0].mem.region(1, 0, 8 * n as usize + 8, RW);
+    let counter = s.n[1].mem.region(0x55, 0x8000, 16, RW);
+    for k in 0..n {
+        let sgl = s.n[0].mem.sgl(k, results, 8 * k, 8);
+        let mut w = wr(k, WrOp::FetchAdd { add: 3 }, sgl, 8);
+        (w.remote_va, w.rkey) = (0x8000, 0x55);
+        s.post(0, w);
+    }
+    // A CmpSwap that succeeds exactly once: compare with the final value.
+    let sgl = s.n[0].mem.sgl(n, results, 8 * n, 8);
+    let mut w = wr(n, WrOp::CmpSwap { compare: 3 * n, swap: 7 }, sgl, 8);
+    (w.remote_va, w.rkey) = (0x8000, 0x55);
+    s.post(0, w);
+    assert!(s.run(3_000_000, |s| s.n[0].out.sends().len() == n as usize + 1));
+    assert!(s.n[0].out.sends().iter().all(|c| c.status == Status::Success));
+    assert_eq!(s.n[1].mem.atomics as u64, n + 1, "each atomic executed once");
+    let cell = u64::from_ne_bytes(s.n[1].mem.regions[counter].data[..8].try_into().unwrap());
+    assert_eq!(cell, 7, "the adds summed to 3n, then the CmpSwap replaced it");
+    for k in 0..=n {
+        let got = u64::from_ne_bytes(s.n[0].mem.bytes(Sgl(k)).try_into().unwrap());
+        assert_eq!(got, 3 * k, "FetchAdd {k} saw the counter before it, once");
+    }
+    let dups = s.sent_by(1).iter().filter(|p| p.bth.opcode() == op::ATOMIC_ACK).count();
+    assert!(dups as u64 > n + 1, "duplicates were answered from the cache ({dups})");
+}
+
+/// Node 1 posts no receive until `late_ns`; node 0's sends must then all arrive.
+#[test]
+fn rnr_then_late_receives() {
+    let mut c = cfg();
+    c.min_rnr_timer = 1; // 10 µs
+    let mut s = Sim::new(c, 31, Faults::NONE);
+    let src = s.n[0].mem.region(1, 0, 3000, RW);
+    let dst = s.n[1].mem.region(2, 0, 3000, RW);
+    for k in 0..3u64 {
+        let sgl = s.n[0].mem.sgl(k, src, k * 1000, 1000);
+        s.n[0].mem.bytes_mut(sgl).copy_from_slice(&pattern(k, 1000));
+        s.post(0, wr(k, WrOp::Send, sgl, 1000));
+    }
+    assert!(s.run(10_000, |s| s.now > 200_000), "RNR retries forever (rnr_retry 7)");
+    let rnrs = |s: &Sim| {
+        s.sent_by(1)
+            .iter()
+            .filter(|p| {
+                matches!(p.ext.aeth.map(|a| a.syndrome()), Some(Syndrome::RnrNak { timer: 1 }))
+            })
+            .count()
+    };
+    let before = rnrs(&s);
+    assert!(before >= 2, "RNR NAKs while no receive is posted ({before})");
+    assert!(s.n[1].out.recvs().is_empty() && s.n[0].out.sends().is_empty());
+    for k in 0..3u64 {
+        let sgl = s.n[1].mem.sgl(10 + k, dst, k * 1000, 1000);
+        s.n[1].rq.q.push_back(Recv { wr_id: 10 + k, sgl, len: 1000 });
+    }
+    assert!(s.run(100_000, |s| s.n[0].out.sends().len() == 3));
+    assert_eq!(s.n[1].out.recvs().len(), 3);
+    for k in 0..3u64 {
+        assert_eq!(s.n[1].mem.bytes(Sgl(10 + k)), &pattern(k, 1000)[..]);
+    }
+}
+
+#[test]
+fn rnr_retry_exceeded_after_rnr_retry_plus_one_naks() {
+    let mut c = cfg();
+    c.rnr_retry = 2;
+    c.min_rnr_timer = 1;
+    let mut s = Sim::new(c, 32, Faults::NONE);
+    let src = s.n[0].mem.region(1, 0, 100, RW);
+    let sgl = s.n[0].mem.sgl(0, src, 0, 10);
+    s.post(0, wr(0, WrOp::Send, sgl, 10));
+    s.post(0, wr(1, WrOp::Send, sgl, 10));
+    assert!(s.run(10_000, |s| s.n[0].out.sends().len() == 2));
+    let st: Vec<Status> = s.n[0].out.sends().iter().map(|c| c.status).collect();
+    assert_eq!(st, [Status::RnrRetryExcErr, Status::WrFlushErr]);
+    let first = s.sent_by(0).iter().filter(|p| p.bth.psn() == 100).count();
+    assert_eq!(first, 3, "sent once and resent rnr_retry (2) times");
+    assert!(s.n[0].qp.is_error() && !s.n[1].qp.is_error(), "RNR is not a responder error");
+}
+
+#[test]
+fn timeout_retry_exceeded_when_the_wire_drops_everything() {
+    for retry_cnt in [0u8, 1, 3, 7] {
+        let mut c = cfg();
+        c.retry_cnt = retry_cnt;
+        c.timeout = 10; // 4.19 ms
+        let f = Faults { drop: 100, ..Faults::NONE };
+        let mut s = Sim::new(c, 40, f);
+        let src = s.n[0].mem.region(1, 0, 5000, RW);
+        let sgl = s.n[0].mem.sgl(0, src, 0, 3000);
+        s.post(0, wr(0, WrOp::Send, sgl, 3000));
+        s.post(0, wr(1, WrOp::Write, sgl, 10));
+        assert!(s.run(10_000, |s| s.n[0].out.sends().len() == 2));
+        let st: Vec<Status> = s.n[0].out.sends().iter().map(|c| c.status).collect();
+        assert_eq!(st, [Status::RetryExcErr, Status::WrFlushErr]);
+        let first = s.sent_by(0).iter().filter(|p| p.bth.psn() == 100).count();
+        assert_eq!(first, usize::from(retry_cnt) + 1, "retry_cnt {retry_cnt}");
+        let t = ack_timeout_ns(10).unwrap();
+        assert_eq!(s.now, t * (u64::from(retry_cnt) + 1), "one timeout per try, virtual clock");
+    }
+}
+
+#[test]
+fn timeout_zero_never_gives_up() {
+    let mut c = cfg();
+    c.timeout = 0;
+    let mut s = Sim::new(c, 41, Faults { drop: 100, ..Faults::NONE });
+    let src = s.n[0].mem.region(1, 0, 10, RW);
+    let sgl = s.n[0].mem.sgl(0, src, 0, 10);
+    s.post(0, wr(0, WrOp::Send, sgl, 10));
+    s.run(1000, |_| false);
+    assert!(s.n[0].out.sends().is_empty() && s.n[0].qp.next_deadline().is_none());
+}
+
+#[test]
+fn bad_rkey_remote_access_error_and_responder_in_error() {
+    let mut s = Sim::new(cfg(), 50, Faults::NONE);
+    let src = s.n[0].mem.region(1, 0, 5000, RW);
+    let _ro = s.n[1].mem.region(0x99, 0x1000, 4096, (true, false, false));
+    let sgl = s.n[0].mem.sgl(0, src, 0, 3000);
+    let mut w = wr(0, WrOp::Write, sgl, 3000);
+    (w.remote_va, w.rkey) = (0x1000, 0x98); // no such key
+    s.post(0, w);
+    s.post(0, wr(1, WrOp::Send, sgl, 10));
+    assert!(s.run(10_000, |s| s.n[0].out.sends().len() == 2));
+    let st: Vec<Status> = s.n[0].out.sends().iter().map(|c| c.status).collect();
+    assert_eq!(st, [Status::RemAccessErr, Status::WrFlushErr]);
+    assert!(s.n[1].qp.is_error());
+    assert_eq!(s.n[1].out.events, [QpEvent::QpAccessErr]);
+    assert_eq!(s.n[1].mem.remote_writes, 0);
+}
+
+/// Each way a WRITE or READ can miss its region: error at the requester, nothing written.
+#[test]
+fn remote_access_errors_each_kind() {
+    let ro = (true, false, false);
+    let wo = (false, true, false);
+    // (op, rkey, va, len): wrong key, write to read-only, read of write-only, past the end,
+    // before the start, atomic without rights, misaligned atomic.
+    let cases: [(WrOp, u32, u64, u32); 7] = [
+        (WrOp::Write, 0x98, 0x1000, 16),
+        (WrOp::Write, 0x99, 0x1000, 16),
+        (WrOp::Read, 0x9a, 0x2000, 16),
+        (WrOp::Write, 0x9a, 0x2000 + 4090, 16),
+        (WrOp::Read, 0x99, 0x0ff0, 32),
+        (WrOp::FetchAdd { add: 1 }, 0x99, 0x1000, 8),
+        (WrOp::FetchAdd { add: 1 }, 0x9b, 0x3004, 8),
+    ];
+    for (k, (o, rkey, va, len)) in cases.into_iter().enumerate() {
+        let mut s = Sim::new(cfg(), 51 + k as u64, Faults::NONE);
+        let src = s.n[0].mem.region(1, 0, 5000, RW);
+        s.n[1].mem.region(0x99, 0x1000, 4096, ro);
+        s.n[1].mem.region(0x9a, 0x2000, 4096, wo);
+        s.n[1].mem.region(0x9b, 0x3000, 4096, RW);
+        let sgl = s.n[0].mem.sgl(0, src, 0, u64::from(len));
+        let mut w = wr(0, o, sgl, len);
+        (w.remote_va, w.rkey) = (va, rkey);
+        s.post(0, w);
+        assert!(s.run(10_000, |s| !s.n[0].out.sends().is_empty()), "case {k}");
+        assert_eq!(s.n[0].out.sends()[0].status, Status::RemAccessErr, "case {k}");
+        assert_eq!(s.n[1].out.events, [QpEvent::QpAccessErr], "case {k}");
+        assert_eq!(s.n[1].mem.remote_writes + s.n[1].mem.atomics, 0, "case {k}");
+    }
+}
+
+/// An earlier READ whose response is lost completes before later SENDs that were ACKed.
+#[test]
+fn completions_in_posting_order_across_a_lost_read_response() {
+    let mut s = Sim::new(cfg(), 60, Faults::NONE);
+    let l = s.n[0].mem.region(1, 0, 8192, RW);
+    let r = s.n[1].mem.region(0x44, 0x5000, 4096, RW);
+    s.n[1].mem.regions[r].data.fill(0xab);
+    let dst = s.n[1].mem.region(2, 0, 4096, RW);
+    let rsgl = s.n[0].mem.sgl(0, l, 0, 2000);
+    let mut w = wr(0, WrOp::Read, rsgl, 2000);
+    (w.remote_va, w.rkey) = (0x5000, 0x44);
+    s.post(0, w);
+    let ssgl = s.n[0].mem.sgl(1, l, 4096, 100);
+    for k in 1..4 {
+        let rs = s.n[1].mem.sgl(10 + k, dst, 0, 100);
+        s.n[1].rq.q.push_back(Recv { wr_id: 10 + k, sgl: rs, len: 100 });
+        s.post(0, wr(k, WrOp::Send, ssgl, 100));
+    }
+    let mut dropped = 0;
+    s.cut = Some(Box::new(move |from, p| {
+        let cut = from == 1 && p.bth.opcode() == op::READ_RESPONSE_FIRST && dropped == 0;
+        dropped += u32::from(cut);
+        cut
+    }));
+    assert!(s.run(10_000, |s| s.n[0].out.sends().len() == 4));
+    let ids: Vec<u64> = s.n[0].out.sends().iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    assert!(s.n[0].out.sends().iter().all(|c| c.status == Status::Success));
+    assert_eq!(s.n[0].mem.bytes(rsgl), &[0xab; 2000][..]);
+}
+
+/// A READ whose middle response packet is lost is re-requested from that packet on only.
+#[test]
+fn retransmitted_read_asks_only_for_what_is_missing() {
+    let mut s = Sim::new(cfg(), 61, Faults::NONE);
+    let l = s.n[0].mem.region(1, 0, 8192, RW);
+    let r = s.n[1].mem.region(0x44, 0x5000, 8192, RW);
+    let data = pattern(9, 5000);
+    s.n[1].mem.regions[r].data[..5000].copy_from_slice(&data);
+    let rsgl = s.n[0].mem.sgl(0, l, 0, 5000);
+    let mut w = wr(0, WrOp::Read, rsgl, 5000); // 5 responses at MTU 1024
+    (w.remote_va, w.rkey) = (0x5000, 0x44);
+    s.post(0, w);
+    let mut dropped = false;
+    s.cut = Some(Box::new(move |from, p| {
+        let cut = from == 1 && p.bth.psn() == 102 && !dropped;
+        dropped |= cut;
+        cut
+    }));
+    assert!(s.run(10_000, |s| s.n[0].out.sends().len() == 1));
+    assert_eq!(s.n[0].out.sends()[0].status, Status::Success);
+    assert_eq!(s.n[0].mem.bytes(rsgl), &data[..]);
+    let reqs: Vec<(u32, u64, u32)> = s
+        .sent_by(0)
+        .iter()
+        .filter_map(|p| p.ext.reth.map(|r| (p.bth.psn(), r.va(), r.len())))
+        .collect();
+    assert_eq!(reqs, [(100, 0x5000, 5000), (102, 0x5000 + 2048, 5000 - 2048)]);
+    let resent = s.sent_by(1).iter().filter(|p| p.bth.psn() == 100 || p.bth.psn() == 101).count();
+    assert_eq!(resent, 2, "the packets that arrived were not sent again");
+}
+
+/// On the wire: a responder NAKs a gap once (not once per packet after it).
+#[test]
+fn sequence_error_nak_once_per_gap_end_to_end() {
+    let mut c = cfg();
+    c.mtu = 256;
+    let mut s = Sim::new(c, 70, Faults::NONE);
+    let src = s.n[0].mem.region(1, 0, 2560, RW);
+    let dst = s.n[1].mem.region(2, 0, 2560, RW);
+    let sgl = s.n[0].mem.sgl(0, src, 0, 2560);
+    let rs = s.n[1].mem.sgl(1, dst, 0, 2560);
+    s.n[1].rq.q.push_back(Recv { wr_id: 1, sgl: rs, len: 2560 });
+    s.post(0, wr(0, WrOp::Send, sgl, 2560)); // 10 packets
+    let mut dropped = false;
+    s.cut = Some(Box::new(move |from, p| {
+        let cut = from == 0 && p.bth.psn() == 102 && !dropped;
+        dropped |= cut;
+        cut
+    }));
+    assert!(s.run(10_000, |s| s.n[0].out.sends().len() == 1));
+    let naks: Vec<u32> = s
+        .sent_by(1)
+        .iter()
+        .filter(|p| {
+            p.ext.aeth.map(|a| a.syndrome()) == Some(Syndrome::Nak(NakCode::PsnSequenceError))
+        })
+        .map(|p| p.bth.psn())
+        .collect();
+    assert_eq!(naks, [102], "one NAK for the gap, naming the missing PSN");
+    assert_eq!(s.n[1].out.recvs().len(), 1);
+}

@@ -1,0 +1,1 @@
+//! Responder fed packets by hand: validation of every field, duplicates, NAK rules.
