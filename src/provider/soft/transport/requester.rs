@@ -115,6 +115,9 @@ impl Requester {
             return Ok(());
         }
         let npkts = if wr.op.is_atomic() { 1 } else { wr.len.div_ceil(self.mtu).max(1) };
+        if npkts >= MAX_SPAN as u32 {
+            return Err(PostError::Invalid); // more PSNs than the comparable window
+        }
         let span = psn::diff(psn::add(self.next_psn, npkts), self.una);
         if self.sq.len() >= self.cfg.sq_depth as usize || !(0..MAX_SPAN).contains(&span) {
             return Err(PostError::QueueFull);
@@ -263,7 +266,9 @@ impl Requester {
                 }
                 pkt.bth.set_se(ends && w.wr.solicited);
                 let every = self.cfg.ack_every.max(1);
-                pkt.bth.set_ack_req(ends || (k + 1) % every == 0);
+                // Also at the window's edge: nothing more goes out until this is ACKed.
+                let edge = psn::diff(p, self.una) + 1 >= self.cfg.window.max(1) as i32;
+                pkt.bth.set_ack_req(ends || edge || (k + 1) % every == 0);
                 pkt.payload = &self.scratch[..n];
                 out.packet(&pkt);
                 return true;

@@ -11,6 +11,9 @@ use crate::provider::soft::roce::{Aeth, AtomicAckEth, NakCode, Packet, Syndrome}
 
 /// The largest message IB allows (2^31 bytes).
 const MAX_MSG: u32 = 1 << 31;
+/// PSNs one READ may take: keeps the expected PSN within the comparable half of the space
+/// (the requester refuses longer ones too).
+const MAX_READ_PKTS: u32 = 1 << 22;
 /// "No end-to-end credits" in an ACK syndrome.
 const NO_CREDITS: u8 = 31;
 
@@ -343,14 +346,14 @@ impl Responder {
                 }
                 let reth = pkt.ext.reth.ok_or(ClassC::InvalidRequest)?;
                 let len = reth.len();
-                if len > MAX_MSG {
+                let npkts = len.div_ceil(self.mtu).max(1);
+                if len > MAX_MSG || npkts > MAX_READ_PKTS {
                     return Err(ClassC::InvalidRequest);
                 }
                 if len > 0 {
                     mem.check_remote(reth.rkey(), reth.va(), len.into(), Access::RemoteRead)
                         .map_err(|_| ClassC::Access)?;
                 }
-                let npkts = len.div_ceil(self.mtu).max(1);
                 self.remember(RdRec {
                     psn: p,
                     npkts,

@@ -428,3 +428,16 @@ fn sequence_error_nak_once_per_gap_end_to_end() {
     assert_eq!(naks, [102], "one NAK for the gap, naming the missing PSN");
     assert_eq!(s.n[1].out.recvs().len(), 1);
 }
+
+/// A window smaller than the ACK interval: the packet at the window's edge asks for an ACK, so
+/// a long message flows without waiting for a timeout.
+#[test]
+fn small_window_asks_for_acks_at_its_edge() {
+    let mut c = cfg();
+    c.window = 4;
+    c.mtu = 256;
+    let s = sends_arrive_exactly_once(c, &[20 * 256], 80, Faults::NONE);
+    assert!(s.now < ack_timeout_ns(c.timeout).unwrap(), "no retransmission timeout was needed");
+    let resent = s.sent_by(0).len();
+    assert_eq!(resent, 20, "every packet sent once");
+}

@@ -352,3 +352,19 @@ fn foreign_packets_are_dropped_not_errors() {
     assert!(r.out.packets.is_empty() && r.out.completions.is_empty() && !r.qp.is_error());
     assert_eq!(r.rq.q.len(), 1);
 }
+
+#[test]
+fn read_longer_than_the_psn_window_is_invalid() {
+    let mut r = R::new();
+    let mut c = RcConfig::new(0x22, 0x11, 7, EPSN);
+    c.mtu = 256;
+    r.qp = RcQp::new(&c);
+    let mut rd = pkt(op::READ_REQUEST, EPSN, &[]);
+    rd.ext.reth = Some(Reth::new(VA, RKEY, 1 << 31)); // 2^23 response packets
+    r.feed(&rd);
+    class_c(&r, INV, QpEvent::QpReqErr);
+    // The requester refuses to post such a READ.
+    let w = SendWr { remote_va: VA, rkey: RKEY, ..wr(1, WrOp::Read, Sgl(0), 1 << 31) };
+    let mut q = RcQp::new(&c);
+    assert_eq!(q.post(w, &mut r.out), Err(PostError::Invalid));
+}
