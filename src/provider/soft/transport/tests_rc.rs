@@ -441,3 +441,50 @@ fn small_window_asks_for_acks_at_its_edge() {
     let resent = s.sent_by(0).len();
     assert_eq!(resent, 20, "every packet sent once");
 }
+
+/// Responses that do not fit what is outstanding change nothing; the right ones then complete.
+#[test]
+fn forged_responses_are_dropped() {
+    use crate::provider::soft::roce::Aeth;
+    let c = cfg();
+    let mut qp = RcQp::new(&c);
+    let mut mem = TestMem::default();
+    let l = mem.region(1, 0, 4096, RW);
+    let sgl = mem.sgl(0, l, 0, 2000);
+    let mut out = TestOut::new(flows().0);
+    let mut rq = TestRq::default();
+    let w = SendWr { remote_va: 0x5000, rkey: 0x44, ..wr(0, WrOp::Read, sgl, 2000) };
+    qp.post(w, &mut out).unwrap();
+    qp.poll(0, &mut mem, &mut out);
+    let ack = Aeth::new(Syndrome::Ack { credits: 31 }, 1);
+    let resp = |code: u8, psn: u32, payload: &'static [u8], aeth: bool| {
+        let mut p = Packet::new(code, 0x11, psn, payload);
+        p.ext.aeth = aeth.then_some(ack);
+        p
+    };
+    static A: [u8; 1024] = [0xa1; 1024];
+    static B: [u8; 976] = [0xb2; 976];
+    let forged = [
+        resp(op::ACK, 300, &[], true), // a PSN never sent
+        resp(op::READ_RESPONSE_FIRST, 100, &A[..1000], true), // short
+        resp(op::READ_RESPONSE_ONLY, 100, &A, true), // wrong position
+        resp(op::READ_RESPONSE_LAST, 101, &B, true), // ahead of the first
+        resp(op::ATOMIC_ACK, 100, &[], true), // not an atomic (no AtomicAckETH)
+        resp(op::READ_RESPONSE_FIRST, 99, &A, true), // behind
+    ];
+    for p in &forged {
+        qp.on_packet(p, 1, &mut mem, &mut rq, &mut out);
+    }
+    assert!(out.completions.is_empty() && !qp.is_error());
+    assert!(mem.bytes(sgl).iter().all(|b| *b == 0), "nothing placed");
+    qp.on_packet(&resp(op::READ_RESPONSE_FIRST, 100, &A, true), 2, &mut mem, &mut rq, &mut out);
+    qp.on_packet(&resp(op::READ_RESPONSE_LAST, 101, &B, true), 3, &mut mem, &mut rq, &mut out);
+    assert_eq!(out.sends().len(), 1);
+    assert_eq!(out.sends()[0].status, Status::Success);
+    assert_eq!(&mem.bytes(sgl)[..1024], &A[..]);
+    assert_eq!(&mem.bytes(sgl)[1024..], &B[..]);
+    // In error, a post completes at once with a flush error.
+    qp.req.fail(Status::RemOpErr, &mut out);
+    qp.post(wr(5, WrOp::Send, sgl, 1), &mut out).unwrap();
+    assert_eq!(out.sends()[1].status, Status::WrFlushErr);
+}
