@@ -44,7 +44,7 @@ impl RcQp {
         RcQp { req: Requester::new(cfg), resp: Responder::new(cfg) }
     }
 
-    /// A packet from the peer: responses (READ response, ACK, atomic ACK) go to the requester,
+    /// A packet from the peer (then transmits what it allows, as [`RcQp::poll`]): responses (READ response, ACK, atomic ACK) go to the requester,
     /// everything else to the responder. Packets for another QP, another partition, or of
     /// another transport are dropped.
     pub fn on_packet(
@@ -72,6 +72,8 @@ impl RcQp {
             self.resp.on_request(pkt, mem, rq, out);
         }
         self.propagate_error(mem, out);
+        // An ACK may have opened the window, a NAK asked for a resend: transmit now.
+        self.poll(now, mem, out);
     }
 
     /// Posts a send work request (see [`Requester::post`]).
@@ -79,7 +81,7 @@ impl RcQp {
         self.req.post(wr, out)
     }
 
-    /// Timers and transmission: call when [`RcQp::next_deadline`] passes or after posting.
+    /// Timers and transmission: call after posting and when [`RcQp::next_deadline`] passes.
     pub fn poll(&mut self, now: u64, mem: &mut impl Memory, out: &mut impl Sink) {
         if self.is_error() {
             return;

@@ -488,3 +488,36 @@ fn forged_responses_are_dropped() {
     qp.post(wr(5, WrOp::Send, sgl, 1), &mut out).unwrap();
     assert_eq!(out.sends()[1].status, Status::WrFlushErr);
 }
+
+/// No more than `max_rd_atomic` READs/atomics are outstanding; each answer lets one more go.
+#[test]
+fn max_rd_atomic_bounds_outstanding_reads_and_atomics() {
+    use crate::provider::soft::roce::{Aeth, AtomicAckEth};
+    let mut c = cfg();
+    c.max_rd_atomic = 2;
+    let mut qp = RcQp::new(&c);
+    let mut mem = TestMem::default();
+    let l = mem.region(1, 0, 4096, RW);
+    let mut out = TestOut::new(flows().0);
+    let mut rq = TestRq::default();
+    for k in 0..5u64 {
+        let sgl = mem.sgl(k, l, k * 8, 8);
+        let o = if k % 2 == 0 { WrOp::Read } else { WrOp::FetchAdd { add: 1 } };
+        qp.post(SendWr { remote_va: 0x5000, rkey: 0x44, ..wr(k, o, sgl, 8) }, &mut out).unwrap();
+    }
+    qp.poll(0, &mut mem, &mut out);
+    let psns = |out: &TestOut| out.decoded().iter().map(|p| p.bth.psn()).collect::<Vec<_>>();
+    assert_eq!(psns(&out), [100, 101], "two outstanding");
+    let ack = Aeth::new(Syndrome::Ack { credits: 31 }, 1);
+    let mut r = Packet::new(op::READ_RESPONSE_ONLY, 0x11, 100, &[7; 8]);
+    r.ext.aeth = Some(ack);
+    qp.on_packet(&r, 1, &mut mem, &mut rq, &mut out);
+    assert_eq!(psns(&out), [100, 101, 102], "one answer, one more request");
+    let mut a = Packet::new(op::ATOMIC_ACK, 0x11, 101, &[]);
+    a.ext.aeth = Some(ack);
+    a.ext.atomic_ack = Some(AtomicAckEth::new(42));
+    qp.on_packet(&a, 2, &mut mem, &mut rq, &mut out);
+    assert_eq!(psns(&out), [100, 101, 102, 103]);
+    assert_eq!(out.sends().iter().map(|c| c.wr_id).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(mem.bytes(Sgl(1)), &42u64.to_ne_bytes());
+}
