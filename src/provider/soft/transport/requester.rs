@@ -232,7 +232,8 @@ impl Requester {
             }
             o => {
                 let n = (u64::from(w.wr.len) - off).min(u64::from(self.mtu)) as usize;
-                if mem.read_local(w.wr.sgl, off, &mut self.scratch[..n]).is_err() {
+                // A zero-length message names no local memory.
+                if n > 0 && mem.read_local(w.wr.sgl, off, &mut self.scratch[..n]).is_err() {
                     self.fail(Status::LocProtErr, out);
                     return false;
                 }
@@ -382,7 +383,7 @@ impl Requester {
             if code != opcode::read_response_opcode(pos) || pkt.payload.len() as u64 != want {
                 return;
             }
-            if mem.write_local(wr.sgl, off, pkt.payload).is_err() {
+            if !pkt.payload.is_empty() && mem.write_local(wr.sgl, off, pkt.payload).is_err() {
                 self.fail(Status::LocProtErr, out);
                 return;
             }

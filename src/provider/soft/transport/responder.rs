@@ -432,8 +432,11 @@ impl Responder {
         for k in k0..npkts {
             let off = k * self.mtu;
             let n = (len - off).min(self.mtu) as usize;
-            mem.read_remote(rkey, va.wrapping_add(off.into()), &mut self.scratch[..n])
-                .map_err(|_| ClassC::Access)?;
+            // A zero-length READ names no memory (its rkey is not even checked).
+            if n > 0 {
+                mem.read_remote(rkey, va.wrapping_add(off.into()), &mut self.scratch[..n])
+                    .map_err(|_| ClassC::Access)?;
+            }
             let pos = match (k == 0, k + 1 == npkts) {
                 (true, true) => Position::Only,
                 (true, false) => Position::First,

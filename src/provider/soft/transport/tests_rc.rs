@@ -521,3 +521,20 @@ fn max_rd_atomic_bounds_outstanding_reads_and_atomics() {
     assert_eq!(out.sends().iter().map(|c| c.wr_id).collect::<Vec<_>>(), [0, 1]);
     assert_eq!(mem.bytes(Sgl(1)), &42u64.to_ne_bytes());
 }
+
+/// Zero-length SEND, WRITE and READ complete without naming local memory (an empty list).
+#[test]
+fn zero_length_requests_need_no_local_list() {
+    let mut s = Sim::new(cfg(), 90, Faults::NONE);
+    let dst = s.n[1].mem.region(2, 0, 64, RW);
+    let rs = s.n[1].mem.sgl(5, dst, 0, 64);
+    s.n[1].rq.q.push_back(Recv { wr_id: 5, sgl: rs, len: 64 });
+    let none = Sgl(999); // not a list the memory layer knows
+    s.post(0, wr(0, WrOp::Send, none, 0));
+    s.post(0, wr(1, WrOp::Write, none, 0));
+    s.post(0, wr(2, WrOp::Read, none, 0));
+    assert!(s.run(1000, |s| s.n[0].out.sends().len() == 3));
+    assert!(s.n[0].out.sends().iter().all(|c| c.status == Status::Success));
+    assert_eq!(s.n[0].mem.local_refused, 0);
+    assert_eq!(s.n[1].out.recvs()[0].byte_len, 0);
+}

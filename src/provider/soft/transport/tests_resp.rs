@@ -368,3 +368,19 @@ fn read_longer_than_the_psn_window_is_invalid() {
     let mut q = RcQp::new(&c);
     assert_eq!(q.post(w, &mut r.out), Err(PostError::Invalid));
 }
+
+#[test]
+fn zero_length_write_and_read_name_no_memory() {
+    let mut r = R::new();
+    let mut w = pkt(op::WRITE_ONLY, EPSN, &[]);
+    w.ext.reth = Some(Reth::new(0xdead_0000, 0x1234, 0)); // no such key: not looked at
+    r.feed(&w);
+    let mut rd = pkt(op::READ_REQUEST, EPSN + 1, &[]);
+    rd.ext.reth = Some(Reth::new(0xdead_0000, 0x1234, 0));
+    r.feed(&rd);
+    let sent = r.sent();
+    assert_eq!(sent[0], (op::ACK, EPSN, Some(Syndrome::Ack { credits: 31 })));
+    assert_eq!(sent[1], (op::READ_RESPONSE_ONLY, EPSN + 1, Some(Syndrome::Ack { credits: 31 })));
+    assert!(r.out.decoded()[1].payload.is_empty());
+    assert!(!r.qp.is_error() && r.untouched());
+}
