@@ -143,3 +143,37 @@ fn random_bytes_through_the_decoder() {
     }
     assert!(fed > 1000, "most inputs decoded ({fed})");
 }
+
+#[test]
+fn random_packets_into_a_ud_qp() {
+    let mut rng = Rng::new(99);
+    let mut payload = vec![0u8; 1100];
+    let mut mem = TestMem::default();
+    let local = mem.region(1, 0, 8 * 1024, (false, false, false));
+    let mut rq = TestRq::default();
+    let mut out = TestOut::new(flows().1);
+    let mut qp = ud::UdQp::new(0x22, 0x1234, 1024);
+    let mut delivered = 0;
+    for k in 0..20_000u64 {
+        if rq.q.len() < 4 {
+            let sgl = mem.sgl(k % 8, local, (k % 8) * 1024, 1024);
+            rq.q.push_back(Recv { wr_id: k, sgl, len: 1024 - rng.below(2) as u32 * 1000 });
+        }
+        rng.fill(&mut payload);
+        let n = [0, 1, 983, 984, 985, 1024, 1025, 1100][rng.below(8) as usize];
+        let mut p = random_packet(&mut rng, &payload[..n]);
+        if let Some(d) = p.ext.deth.as_mut() {
+            if rng.pct(50) {
+                *d = Deth::new(0x1234, d.src_qp());
+            }
+        }
+        qp.on_packet(&p, &mut mem, &mut rq, &mut out);
+        delivered = out.completions.iter().filter(|c| c.status == Status::Success).count();
+    }
+    assert_eq!(mem.local_refused, 0);
+    assert!(out
+        .completions
+        .iter()
+        .all(|c| c.status != Status::Success || (c.grh && c.byte_len <= 1024)));
+    assert!(delivered > 100, "some packets were well-formed enough to arrive ({delivered})");
+}
