@@ -340,6 +340,13 @@ def runtime_load_check(loaded, mode, build_dir):
 def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
     """Runs the scenario once. Returns (status, problems, last client output); status is
     'pass', 'fail' or 'skip'."""
+    if sc.rerun_on and sanitizer_env.runtime_preload(build_dir):
+        # The known race of the program (programs.py) needs the server slower than the client;
+        # under AddressSanitizer the server's set-up is slow enough that the client wins nearly
+        # every time, so the pair cannot run here. The ordinary tree runs it.
+        log(f"SKIP: {sc.name} hits the program's own race (rerun_on) nearly every time under "
+            "a sanitizer; it runs in the ordinary tree")
+        return "skip", [], ""
     port = pick_port(sc, mode, fixed_ports)
     server_argv = sc.argv("server", port)
     client_argv = sc.argv("client", port)

@@ -31,6 +31,7 @@ mod rc_recv;
 pub mod ring;
 pub mod roce;
 pub mod segcheck;
+pub mod transport;
 mod ud;
 
 use crate::errno::Result;

@@ -1,0 +1,500 @@
+//! The requester half of an RC QP: segments work requests into packets with consecutive PSNs,
+//! keeps a bounded window of unacknowledged packets, and turns ACKs, READ responses, atomic ACKs
+//! and NAKs into completions, strictly in posting order. Recovery is go-back-N from the oldest
+//! unacknowledged PSN (on timeout, sequence NAK, RNR NAK after its timer, or a response that
+//! shows an earlier READ/atomic answer was lost).
+
+use super::api::*;
+use super::psn;
+use crate::provider::soft::roce::opcode::{self, op, Extra, Position, Transport};
+use crate::provider::soft::roce::{AtomicEth, Ieth, ImmDt, NakCode, Packet, Reth, Syndrome};
+use std::collections::VecDeque;
+
+/// PSNs the send queue may span (keeps every comparison far inside the 2^23 half-space).
+const MAX_SPAN: i32 = 1 << 22;
+
+/// One posted work request and how far it has been acknowledged.
+#[derive(Clone, Copy, Debug)]
+struct Wqe {
+    wr: SendWr,
+    /// First PSN; a request takes `npkts` PSNs (a READ: one per response packet).
+    first: u32,
+    npkts: u32,
+    /// PSNs acknowledged (or READ responses placed), contiguous from `first`.
+    acked: u32,
+}
+
+impl Wqe {
+    fn done(&self) -> bool {
+        self.acked == self.npkts
+    }
+    fn last(&self) -> u32 {
+        psn::add(self.first, self.npkts - 1)
+    }
+}
+
+impl std::fmt::Debug for Requester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Requester")
+            .field("next_psn", &self.next_psn)
+            .field("una", &self.una)
+            .field("snd", &self.snd)
+            .field("sent_hi", &self.sent_hi)
+            .field("timer", &self.timer)
+            .field("rnr_wait", &self.rnr_wait)
+            .field("rewound", &self.rewound)
+            .field("error", &self.error)
+            .field("sq", &self.sq.iter().take(3).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+pub struct Requester {
+    cfg: RcConfig,
+    mtu: u32,
+    sq: VecDeque<Wqe>,
+    /// PSN the next posted request gets.
+    next_psn: u32,
+    /// Oldest PSN not acknowledged.
+    una: u32,
+    /// Next PSN to transmit (rewinds to `una` for go-back-N).
+    snd: u32,
+    /// One past the highest PSN ever transmitted: responses beyond it are bogus.
+    sent_hi: u32,
+    /// Retransmission deadline (ns), while packets are outstanding.
+    timer: Option<u64>,
+    retries: u8,
+    rnr_left: u8,
+    /// After an RNR NAK: transmission resumes (from `una`) at this time.
+    rnr_wait: Option<u64>,
+    /// A response proved an answer lost and we already went back to `una` for it.
+    rewound: bool,
+    error: bool,
+    scratch: Vec<u8>,
+}
+
+impl Requester {
+    pub fn new(cfg: &RcConfig) -> Self {
+        let sq_psn = cfg.sq_psn & psn::PSN_MASK;
+        Requester {
+            cfg: *cfg,
+            mtu: cfg.mtu(),
+            sq: VecDeque::with_capacity(cfg.sq_depth as usize),
+            next_psn: sq_psn,
+            una: sq_psn,
+            snd: sq_psn,
+            sent_hi: sq_psn,
+            timer: None,
+            retries: cfg.retry_cnt,
+            rnr_left: cfg.rnr_retry,
+            rnr_wait: None,
+            rewound: false,
+            error: false,
+            scratch: vec![0; cfg.mtu() as usize],
+        }
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+    pub fn is_error(&self) -> bool {
+        self.error
+    }
+    /// Work requests posted and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Queues a work request. In the error state it completes at once with `WrFlushErr`.
+    pub fn post(&mut self, wr: SendWr, out: &mut impl Sink) -> Result<(), PostError> {
+        if wr.op.is_atomic() && wr.len != 8 {
+            return Err(PostError::Invalid);
+        }
+        if self.error {
+            out.completion(Completion::send(wr.wr_id, Status::WrFlushErr, wr.op.wc_opcode(), 0));
+            return Ok(());
+        }
+        let npkts = if wr.op.is_atomic() { 1 } else { wr.len.div_ceil(self.mtu).max(1) };
+        if npkts >= MAX_SPAN as u32 {
+            return Err(PostError::Invalid); // more PSNs than the comparable window
+        }
+        let span = psn::diff(psn::add(self.next_psn, npkts), self.una);
+        if self.sq.len() >= self.cfg.sq_depth as usize || !(0..MAX_SPAN).contains(&span) {
+            return Err(PostError::QueueFull);
+        }
+        self.sq.push_back(Wqe { wr, first: self.next_psn, npkts, acked: 0 });
+        self.next_psn = psn::add(self.next_psn, npkts);
+        Ok(())
+    }
+
+    /// When [`Requester::poll`] next has work of its own.
+    pub fn next_deadline(&self) -> Option<u64> {
+        if self.error {
+            return None;
+        }
+        self.rnr_wait.or(self.timer)
+    }
+
+    /// Runs the timers at `now`, then transmits what the window allows.
+    pub fn poll(&mut self, now: u64, mem: &mut impl Memory, out: &mut impl Sink) {
+        if self.error {
+            return;
+        }
+        if let Some(t) = self.rnr_wait {
+            if now < t {
+                return;
+            }
+            self.rnr_wait = None;
+            self.snd = self.una;
+        }
+        if let Some(t) = self.timer {
+            if now >= t {
+                self.timer = None;
+                if self.retries == 0 {
+                    self.fail(Status::RetryExcErr, out);
+                    return;
+                }
+                self.retries -= 1;
+                self.snd = self.una;
+            }
+        }
+        self.transmit(now, mem, out);
+    }
+
+    fn transmit(&mut self, now: u64, mem: &mut impl Memory, out: &mut impl Sink) {
+        while !self.error && self.snd != self.next_psn {
+            let ahead = psn::diff(self.snd, self.una);
+            if ahead < 0 {
+                self.snd = self.una;
+                continue;
+            }
+            if ahead as u32 >= self.cfg.window.max(1) {
+                break;
+            }
+            let Some(i) = self.sq.iter().position(|w| psn::in_range(self.snd, w.first, w.npkts))
+            else {
+                break;
+            };
+            let w = self.sq[i];
+            if w.wr.op.is_rd_atomic() {
+                let busy = self.sq.iter().take(i).filter(|x| x.wr.op.is_rd_atomic() && !x.done());
+                if busy.count() >= usize::from(self.cfg.max_rd_atomic.max(1)) {
+                    break;
+                }
+            }
+            let k = psn::diff(self.snd, w.first) as u32;
+            if !self.send_packet(&w, k, mem, out) {
+                return;
+            }
+            self.snd = if w.wr.op == WrOp::Read {
+                psn::add(w.first, w.npkts)
+            } else {
+                psn::add(self.snd, 1)
+            };
+            if psn::diff(self.snd, self.sent_hi) > 0 {
+                self.sent_hi = self.snd;
+            }
+            if self.timer.is_none() {
+                self.timer = ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t));
+            }
+        }
+    }
+
+    /// Emits packet `k` of `w` (for a READ: the request for what is missing from packet `k`).
+    fn send_packet(&mut self, w: &Wqe, k: u32, mem: &mut impl Memory, out: &mut impl Sink) -> bool {
+        let p = psn::add(w.first, k);
+        let dest = self.cfg.dest_qpn;
+        let off = u64::from(k) * u64::from(self.mtu);
+        let pos = match (k == 0, k + 1 == w.npkts) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, true) => Position::Last,
+            (false, false) => Position::Middle,
+        };
+        let ends = matches!(pos, Position::Last | Position::Only);
+        let mut pkt = Packet::new(0, dest, p, &[]);
+        match w.wr.op {
+            WrOp::Read => {
+                pkt.bth.set_opcode(op::READ_REQUEST);
+                let va = w.wr.remote_va.wrapping_add(off);
+                pkt.ext.reth = Some(Reth::new(va, w.wr.rkey, w.wr.len - off as u32));
+                pkt.bth.set_ack_req(true);
+                out.packet(&pkt);
+                return true;
+            }
+            WrOp::CmpSwap { compare, swap } => {
+                pkt.bth.set_opcode(op::CMP_SWAP);
+                pkt.ext.atomic = Some(AtomicEth::new(w.wr.remote_va, w.wr.rkey, swap, compare));
+            }
+            WrOp::FetchAdd { add } => {
+                pkt.bth.set_opcode(op::FETCH_ADD);
+                pkt.ext.atomic = Some(AtomicEth::new(w.wr.remote_va, w.wr.rkey, add, 0));
+            }
+            o => {
+                let n = (u64::from(w.wr.len) - off).min(u64::from(self.mtu)) as usize;
+                // A zero-length message names no local memory.
+                if n > 0 && mem.read_local(w.wr.sgl, off, &mut self.scratch[..n]).is_err() {
+                    self.fail(Status::LocProtErr, out);
+                    return false;
+                }
+                let is_send = matches!(o, WrOp::Send | WrOp::SendImm(_) | WrOp::SendInv(_));
+                // Immediate data and invalidate ride on the last packet only.
+                let (extra, imm, inv) = match (ends, o) {
+                    (true, WrOp::SendImm(i) | WrOp::WriteImm(i)) => (Extra::Imm, Some(i), None),
+                    (true, WrOp::SendInv(r)) => (Extra::Inv, None, Some(r)),
+                    _ => (Extra::None, None, None),
+                };
+                let code = if is_send {
+                    opcode::send_opcode(Transport::Rc, pos, extra)
+                } else {
+                    opcode::write_opcode(Transport::Rc, pos, extra == Extra::Imm)
+                };
+                let Some(code) = code else {
+                    // Every (position, extra) pair built above has an opcode.
+                    self.fail(Status::LocProtErr, out);
+                    return false;
+                };
+                pkt.bth.set_opcode(code);
+                let info = pkt.info();
+                if info.is_some_and(|i| i.has(opcode::Ext::Reth)) {
+                    pkt.ext.reth = Some(Reth::new(w.wr.remote_va, w.wr.rkey, w.wr.len));
+                }
+                if info.is_some_and(|i| i.has(opcode::Ext::ImmDt)) {
+                    pkt.ext.imm = imm.map(ImmDt::new);
+                }
+                if info.is_some_and(|i| i.has(opcode::Ext::Ieth)) {
+                    pkt.ext.ieth = inv.map(Ieth::new);
+                }
+                pkt.bth.set_se(ends && w.wr.solicited);
+                let every = self.cfg.ack_every.max(1);
+                // Also at the window's edge: nothing more goes out until this is ACKed.
+                let edge = psn::diff(p, self.una) + 1 >= self.cfg.window.max(1) as i32;
+                pkt.bth.set_ack_req(ends || edge || (k + 1) % every == 0);
+                pkt.payload = &self.scratch[..n];
+                out.packet(&pkt);
+                return true;
+            }
+        }
+        pkt.bth.set_ack_req(true);
+        out.packet(&pkt);
+        true
+    }
+
+    /// A response from the peer's responder (READ response, ACK/NAK, atomic ACK). Anything that
+    /// does not fit what is outstanding is dropped.
+    pub fn on_response(
+        &mut self,
+        pkt: &Packet<'_>,
+        now: u64,
+        mem: &mut impl Memory,
+        out: &mut impl Sink,
+    ) {
+        if self.error {
+            return;
+        }
+        let p = pkt.bth.psn();
+        let d = psn::diff(p, self.una);
+        if d < 0 || d >= psn::diff(self.sent_hi, self.una) {
+            return; // stale, or a PSN we never sent
+        }
+        let code = pkt.bth.opcode();
+        if code == op::ACK {
+            let Some(aeth) = pkt.ext.aeth else { return };
+            match aeth.syndrome() {
+                Syndrome::Ack { .. } => self.ack_through(p, now, out),
+                Syndrome::RnrNak { timer } => {
+                    self.ack_through(psn::prev(p), now, out);
+                    if self.una != p || self.error {
+                        return;
+                    }
+                    if self.cfg.rnr_retry != 7 {
+                        if self.rnr_left == 0 {
+                            self.fail(Status::RnrRetryExcErr, out);
+                            return;
+                        }
+                        self.rnr_left -= 1;
+                    }
+                    self.timer = None;
+                    self.snd = p;
+                    self.rnr_wait = Some(now.saturating_add(rnr_delay_ns(timer)));
+                }
+                Syndrome::Nak(NakCode::PsnSequenceError) => {
+                    self.ack_through(psn::prev(p), now, out);
+                    if self.una == p && self.rnr_wait.is_none() {
+                        self.snd = p;
+                    }
+                }
+                Syndrome::Nak(
+                    c @ (NakCode::InvalidRequest
+                    | NakCode::RemoteAccessError
+                    | NakCode::RemoteOperationalError),
+                ) => {
+                    self.ack_through(psn::prev(p), now, out);
+                    let status = match c {
+                        NakCode::InvalidRequest => Status::RemInvReqErr,
+                        NakCode::RemoteAccessError => Status::RemAccessErr,
+                        _ => Status::RemOpErr,
+                    };
+                    self.fail(status, out);
+                }
+                Syndrome::Nak(_) | Syndrome::Reserved(_) => {}
+            }
+            return;
+        }
+        // A READ response or atomic ACK acknowledges every request before it.
+        if d > 0 {
+            self.ack_through(psn::prev(p), now, out);
+        }
+        if self.una != p {
+            self.answer_lost();
+            return;
+        }
+        if pkt.ext.aeth.is_some_and(|a| !matches!(a.syndrome(), Syndrome::Ack { .. })) {
+            return;
+        }
+        let Some(w) = self.sq.iter_mut().find(|w| !w.done()) else { return };
+        if psn::add(w.first, w.acked) != p {
+            return;
+        }
+        let k = w.acked;
+        let wr = w.wr;
+        let npkts = w.npkts;
+        if code == op::ATOMIC_ACK {
+            let Some(ack) = pkt.ext.atomic_ack else { return };
+            if !wr.op.is_atomic() {
+                return;
+            }
+            if mem.write_local(wr.sgl, 0, &ack.orig().to_ne_bytes()).is_err() {
+                self.fail(Status::LocProtErr, out);
+                return;
+            }
+        } else {
+            if wr.op != WrOp::Read {
+                return;
+            }
+            let pos = match (k == 0, k + 1 == npkts) {
+                (true, true) => Position::Only,
+                (true, false) => Position::First,
+                (false, true) => Position::Last,
+                (false, false) => Position::Middle,
+            };
+            let off = u64::from(k) * u64::from(self.mtu);
+            let want = (u64::from(wr.len) - off).min(u64::from(self.mtu));
+            if code != opcode::read_response_opcode(pos) || pkt.payload.len() as u64 != want {
+                return;
+            }
+            if !pkt.payload.is_empty() && mem.write_local(wr.sgl, off, pkt.payload).is_err() {
+                self.fail(Status::LocProtErr, out);
+                return;
+            }
+        }
+        if let Some(w) = self.sq.iter_mut().find(|w| !w.done()) {
+            w.acked += 1;
+        }
+        self.una = psn::add(p, 1);
+        self.progress(now, out);
+    }
+
+    /// A response arrived beyond `una`: the answer at `una` was lost. Go back once per loss.
+    fn answer_lost(&mut self) {
+        if !self.rewound && self.rnr_wait.is_none() {
+            self.rewound = true;
+            self.snd = self.una;
+        }
+    }
+
+    /// Everything up to and including PSN `p` was received by the peer. Stops at a READ or
+    /// atomic whose answer has not come (the ACK proves the answer lost: go back for it).
+    fn ack_through(&mut self, p: u32, now: u64, out: &mut impl Sink) {
+        if psn::before(p, self.una) {
+            return;
+        }
+        let mut moved = false;
+        for w in self.sq.iter_mut().filter(|w| !w.done()) {
+            if psn::before(p, w.first) {
+                break;
+            }
+            let covered = !psn::before(p, w.last());
+            if w.wr.op.is_rd_atomic() {
+                break; // needs its own answer; whether it was lost is checked below
+            }
+            if covered {
+                w.acked = w.npkts;
+                self.una = psn::add(w.first, w.npkts);
+            } else {
+                w.acked = psn::diff(p, w.first) as u32 + 1;
+                self.una = psn::add(p, 1);
+            }
+            moved = true;
+            if !covered {
+                break;
+            }
+        }
+        let lost = self
+            .sq
+            .iter()
+            .find(|w| !w.done())
+            .is_some_and(|w| w.wr.op.is_rd_atomic() && !psn::before(p, w.last()));
+        if moved {
+            self.progress(now, out);
+        }
+        if lost {
+            self.answer_lost();
+        }
+    }
+
+    /// `una` advanced: reset the retry budgets and the timer, and complete what is done.
+    fn progress(&mut self, now: u64, out: &mut impl Sink) {
+        self.retries = self.cfg.retry_cnt;
+        self.rnr_left = self.cfg.rnr_retry;
+        self.rewound = false;
+        if psn::before(self.snd, self.una) {
+            self.snd = self.una;
+        }
+        self.timer = if self.una == self.sent_hi {
+            None
+        } else {
+            ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t))
+        };
+        while self.sq.front().is_some_and(|w| w.done()) {
+            let Some(w) = self.sq.pop_front() else { break };
+            if w.wr.signaled {
+                out.completion(Completion::send(
+                    w.wr.wr_id,
+                    Status::Success,
+                    w.wr.op.wc_opcode(),
+                    w.wr.len,
+                ));
+            }
+        }
+    }
+
+    /// The oldest incomplete request fails with `status`, the rest flush; the QP is in error.
+    pub(crate) fn fail(&mut self, status: Status, out: &mut impl Sink) {
+        self.error = true;
+        self.timer = None;
+        self.rnr_wait = None;
+        let mut first = true;
+        while let Some(w) = self.sq.pop_front() {
+            if w.done() {
+                if w.wr.signaled {
+                    out.completion(Completion::send(
+                        w.wr.wr_id,
+                        Status::Success,
+                        w.wr.op.wc_opcode(),
+                        w.wr.len,
+                    ));
+                }
+                continue;
+            }
+            let s = if first { status } else { Status::WrFlushErr };
+            first = false;
+            out.completion(Completion::send(w.wr.wr_id, s, w.wr.op.wc_opcode(), 0));
+        }
+    }
+
+    /// The QP went to error elsewhere (the responder half): every request flushes.
+    pub(crate) fn flush(&mut self, out: &mut impl Sink) {
+        self.fail(Status::WrFlushErr, out);
+    }
+}
