@@ -4,7 +4,8 @@
 1. no system call per work request while both sides poll: Debian's ibv_rc_pingpong (busy
    polling, 64-byte messages), both sides under strace, makes far fewer system calls than
    messages: the difference between a 10,000- and a 50,000-iteration run, per extra message,
-   stays under 0.05 on each side;
+   stays under 0.05 on each side for every system call but the progress thread's timed naps
+   (epoll_wait, which follow the run's duration: under 0.5);
 2. ~0% CPU when idle: a listening rdma_server that waits for a connection uses (almost) no CPU
    time over two seconds, read from /proc/<pid>/stat.
 
@@ -35,23 +36,27 @@ def env_for(build):
     return env
 
 
-STRACE_TOTAL = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?total\s*$", re.M)
+STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", re.M)
 
 
-def strace_total(path):
-    """The CALLS column of strace -c's "total" line."""
+def strace_counts(path):
+    """(epoll_wait calls, all other calls) from an strace -c report. The progress thread's
+    1 ms naps while the application polls are epoll_wait calls whose number follows the run's
+    duration, not its messages; everything else (doorbells, socket traffic) would follow the
+    messages if the data path made system calls."""
     with open(path) as f:
         report = f.read()
-    total = STRACE_TOTAL.search(report)
-    if not total:
+    rows = {name: int(calls) for calls, name in STRACE_ROW.findall(report)}
+    if "total" not in rows:
         print(report)
-        raise SystemExit(f"fastpath: could not read strace's total in {path}")
-    return int(total.group(1))
+        raise SystemExit(f"fastpath: could not read strace's table in {path}")
+    naps = rows.get("epoll_wait", 0)
+    return naps, rows["total"] - naps
 
 
 def pingpong_syscalls(build, iters):
-    """(server calls, client calls) of one busy-polling ibv_rc_pingpong pair of `iters`
-    iterations, both sides (every thread) under strace -c."""
+    """((naps, other calls) of the server, the same of the client) for one busy-polling
+    ibv_rc_pingpong pair of `iters` iterations, both sides (every thread) under strace -c."""
     env = env_for(build)
     port = str(free_port())
     pp = ["ibv_rc_pingpong", "-g", "0", "-s", "64", "-n", str(iters), "-p", port]
@@ -67,18 +72,22 @@ def pingpong_syscalls(build, iters):
         if client.returncode != 0 or server.returncode != 0:
             print(client.stdout, server_out)
             raise SystemExit("fastpath: ibv_rc_pingpong failed")
-        return strace_total(outs[0]), strace_total(outs[1])
+        return strace_counts(outs[0]), strace_counts(outs[1])
 
 
 def syscalls_per_message(build, small=10000, large=50000):
-    """System calls per message on each side, as the difference between a short and a long
-    run: start-up and connection set-up cancel out, what is left is what messages cost."""
+    """Per side, (epoll_wait calls, other calls) per message, as the difference between a short
+    and a long run: start-up and connection set-up cancel out, what is left is what messages
+    cost."""
     s1, c1 = pingpong_syscalls(build, small)
     s2, c2 = pingpong_syscalls(build, large)
     extra = 2 * (large - small)  # each iteration is one message each way
-    print(f"server: {s1} calls for {small} iterations, {s2} for {large}")
-    print(f"client: {c1} calls for {small} iterations, {c2} for {large}")
-    return (s2 - s1) / extra, (c2 - c1) / extra
+    out = []
+    for who, a, b in (("server", s1, s2), ("client", c1, c2)):
+        print(f"{who}: {a[0]} epoll_wait + {a[1]} other calls for {small} iterations, "
+              f"{b[0]} + {b[1]} for {large}")
+        out.append(((b[0] - a[0]) / extra, (b[1] - a[1]) / extra))
+    return out
 
 
 def idle_cpu_ticks(build, seconds=2.0):
@@ -113,13 +122,20 @@ def main():
         return 77
     ok = True
     per_msg = syscalls_per_message(build)
-    for who, v in zip(("server", "client"), per_msg):
-        print(f"fastpath: {who}: {v:.4f} system calls per message")
-        # A system call per request would show 0.5 or more here (each side sends every other
-        # message). What remains is the progress thread's 1 ms naps while the application
-        # polls, which a run of ~1 us per message keeps near 0.001-0.01.
-        if v > 0.05:
+    for who, (naps, other) in zip(("server", "client"), per_msg):
+        print(f"fastpath: {who}: {other:.4f} system calls per message besides epoll_wait, "
+              f"{naps:.4f} epoll_wait")
+        # A system call per request would show 0.5 or more (each side sends every other
+        # message). Doorbells, socket traffic and lock waits come from the two threads of a
+        # process meeting by chance: about 0.001 per message on a quiet machine, 0.02 at a
+        # load average of 5 on 2 cores; the bound leaves room for that and stays 10x below a
+        # per-request design. The progress thread's 1 ms naps (epoll_wait) follow the run's
+        # duration, which load stretches, so they get the bound of a per-request design.
+        if other > 0.05:
             print(f"FAIL: {who}: the busy-polling data path makes system calls per message")
+            ok = False
+        if naps >= 0.5:
+            print(f"FAIL: {who}: the progress thread waits once per message")
             ok = False
     used, available = idle_cpu_ticks(build)
     print(f"idle: a waiting rdma_server used {used} of {available:.0f} clock ticks")
