@@ -52,7 +52,10 @@ class Runner:
 
     def pair(self, what, server, client, env):
         """Runs a pair; returns the Outcome, or None after recording why it failed."""
-        self.commands.append(" ".join(client))
+        prefix = ("UCX_TLS=posix,self " if "UCX_TLS" in env else
+                  "LD_PRELOAD=<build>/librdmashim.so RDMASHIM_PROVIDER=soft "
+                  if "LD_PRELOAD" in env else "")
+        self.commands.append(prefix + " ".join(client))
         out = run_pair(server, client, env, self.port, self.timeout)
         if not out.ok:
             self.failures.append(f"{what}: " + "; ".join(out.problems))
