@@ -151,24 +151,34 @@ class Runner:
 
 
 def run_all(runner, have):
-    """Everything, in a fixed order; `have(program)` says whether a program is installed."""
+    """Everything; `have(program)` says whether a program is installed. Each rdmashim figure
+    runs right beside its peers' figures, so that a change in the machine's load between them
+    is as small as it can be."""
     r = runner
-    if have("ib_send_lat"):
-        for size in SIZES:
+    perf, ucx, fab = have("ib_send_lat"), have("ucx_perftest"), have("fi_pingpong")
+    for size in SIZES:
+        if perf:
             r.perftest("send_lat", size)
+        if ucx:
+            r.ucx("tag_lat", size)
+        if fab:
+            r.fi_pingpong(size)
+        if perf:
             r.perftest("write_lat", size)
+        if ucx:
+            r.ucx("ucp_put_lat", size)
+    if perf:
         r.perftest("read_lat", 64)
         r.perftest("atomic_lat", None)          # atomics are 8 bytes; it takes no -s
-        for size in SIZES:
+    for size in SIZES:
+        if perf:
             r.perftest("send_bw", size)
+        if ucx:
+            r.ucx("tag_bw", size)
+        if perf:
             r.perftest("write_bw", size)
+        if ucx:
+            r.ucx("ucp_put_bw", size)
     if have("ibv_rc_pingpong"):
         r.rc_pingpong(event=True)
         r.rc_pingpong(event=False)
-    if have("ucx_perftest"):
-        for size in SIZES:
-            for test in ("tag_lat", "ucp_put_lat", "tag_bw", "ucp_put_bw"):
-                r.ucx(test, size)
-    if have("fi_pingpong"):
-        for size in SIZES:
-            r.fi_pingpong(size)
