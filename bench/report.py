@@ -1,0 +1,133 @@
+"""The Markdown table and the PNG plot from bench/run's measurements."""
+import os
+
+from suites import SIZES
+
+LOWER, HIGHER = "lower is better", "higher is better"
+
+
+def size_name(size):
+    if size is None:
+        return ""
+    if size >= 1 << 20:
+        return f"{size >> 20} MiB"
+    if size >= 1 << 10:
+        return f"{size >> 10} KiB"
+    return f"{size} B"
+
+
+def rows():
+    """(metric label, our key, peer key or None, peer label, unit, which way is better)."""
+    out = []
+    for s in SIZES:
+        out.append((f"`ib_send_lat` {size_name(s)} vs UCX `tag_lat`", ("rdmashim", "send_lat", s),
+                    ("ucx", "send_lat", s), "UCX", "µs one way", LOWER))
+    for s in SIZES:
+        out.append((f"`ib_send_lat` {size_name(s)} vs libfabric `fi_pingpong -p shm`",
+                    ("rdmashim", "send_lat", s), ("libfabric", "send_lat", s), "libfabric",
+                    "µs one way", LOWER))
+    for s in SIZES:
+        out.append((f"`ib_write_lat` {size_name(s)} vs UCX `ucp_put_lat`",
+                    ("rdmashim", "write_lat", s), ("ucx", "write_lat", s), "UCX",
+                    "µs one way", LOWER))
+    out.append(("`ib_read_lat` 64 B", ("rdmashim", "read_lat", 64), None, "", "µs", LOWER))
+    out.append(("`ib_atomic_lat` 8 B", ("rdmashim", "atomic_lat", 8), None, "", "µs", LOWER))
+    for s in SIZES:
+        out.append((f"`ib_send_bw` {size_name(s)} vs UCX `tag_bw`", ("rdmashim", "send_bw", s),
+                    ("ucx", "send_bw", s), "UCX", "MiB/s", HIGHER))
+    for s in SIZES:
+        out.append((f"`ib_write_bw` {size_name(s)} vs UCX `ucp_put_bw`",
+                    ("rdmashim", "write_bw", s), ("ucx", "write_bw", s), "UCX", "MiB/s", HIGHER))
+    for s in SIZES:
+        out.append((f"`ib_send_bw` {size_name(s)} message rate vs UCX `tag_bw`",
+                    ("rdmashim", "send_mr", s), ("ucx", "send_mr", s), "UCX", "M msg/s", HIGHER))
+    for s in SIZES:
+        out.append((f"`ib_write_bw` {size_name(s)} message rate vs UCX `ucp_put_bw`",
+                    ("rdmashim", "write_mr", s), ("ucx", "write_mr", s), "UCX", "M msg/s", HIGHER))
+    out.append(("`ibv_rc_pingpong -e` 64 B, per round trip (event mode)",
+                ("rdmashim", "rc_pingpong_event", 64), None, "", "µs", LOWER))
+    out.append(("`ibv_rc_pingpong` 64 B, per round trip (busy polling)",
+                ("rdmashim", "rc_pingpong_poll", 64), None, "", "µs", LOWER))
+    out.append(("idle CPU, 2 processes holding 200 connected RC QPs each",
+                ("rdmashim", "idle_cpu", 200), None, "", "% of one core", LOWER))
+    return out
+
+
+def fmt(v):
+    if v is None:
+        return "–"
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.3g}" if v >= 0.01 else f"{v:.2g}"
+
+
+def ratio(ours, peer, better):
+    """"1.8× slower" style: how rdmashim compares, in the metric's own direction."""
+    if ours is None or peer is None or ours <= 0 or peer <= 0:
+        return "–"
+    r = ours / peer
+    if better == LOWER:
+        return f"{fmt_ratio(r)}× the time" + (" (faster)" if r < 1 else "")
+    return f"{fmt_ratio(r)}× the rate" + (" (faster)" if r > 1 else "")
+
+
+def fmt_ratio(r):
+    return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
+
+
+def table(results):
+    lines = ["| metric | unit | rdmashim | peer | ratio (rdmashim / peer) | |",
+             "|---|---|---:|---:|---|---|"]
+    for label, ours, peer, peer_name, unit, better in rows():
+        if ours[1] == "atomic_lat":
+            ours = next((k for k in results if k[:2] == ("rdmashim", "atomic_lat")), ours)
+        o = results.get(ours)
+        p = results.get(peer) if peer else None
+        peer_cell = f"{fmt(p)} ({peer_name})" if peer else "–"
+        lines.append(f"| {label} | {unit} | {fmt(o)} | {peer_cell} | "
+                     f"{ratio(o, p, better) if peer else '–'} | {better} |")
+    return "\n".join(lines)
+
+
+def plot(results, path, log):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("note: matplotlib is not installed (Debian: python3-matplotlib); no plot written")
+        return False
+    fig, (lat, bw) = plt.subplots(1, 2, figsize=(12, 4.8))
+    series_lat = [("rdmashim ib_send_lat", ("rdmashim", "send_lat")),
+                  ("rdmashim ib_write_lat", ("rdmashim", "write_lat")),
+                  ("UCX tag_lat", ("ucx", "send_lat")),
+                  ("UCX ucp_put_lat", ("ucx", "write_lat")),
+                  ("libfabric fi_pingpong shm", ("libfabric", "send_lat"))]
+    series_bw = [("rdmashim ib_send_bw", ("rdmashim", "send_bw")),
+                 ("rdmashim ib_write_bw", ("rdmashim", "write_bw")),
+                 ("UCX tag_bw", ("ucx", "send_bw")),
+                 ("UCX ucp_put_bw", ("ucx", "write_bw")),
+                 ("libfabric fi_pingpong shm (ping-pong)", ("libfabric", "pingpong_bw"))]
+    for ax, series, ylabel, title in (
+            (lat, series_lat, "one-way latency, µs (log)", "Latency (lower is better)"),
+            (bw, series_bw, "bandwidth, MiB/s (log)", "Bandwidth (higher is better)")):
+        for label, (who, metric) in series:
+            pts = [(s, results[(who, metric, s)]) for s in SIZES if (who, metric, s) in results]
+            if pts:
+                style = "-o" if who == "rdmashim" else ("--s" if who == "ucx" else ":^")
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(SIZES, [size_name(s) for s in SIZES])
+        ax.set_xlabel("message size")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    log(f"plot written to {path}")
+    return True

@@ -1,0 +1,184 @@
+"""What bench/run measures, and how each program's own output is read.
+
+A measurement is a key such as ("rdmashim", "send_lat", 64) -> value. Units:
+  *_lat   one-way latency in µs: perftest's t_typical (its median), UCX's 50th percentile,
+          fi_pingpong's usec/xfer (half a round trip, the mean: it prints no median);
+  *_bw    bandwidth in MiB/s (perftest and UCX print MiB as "MB"; fi_pingpong's decimal MB are
+          converted);
+  *_mr    message rate in millions of messages per second;
+  rc_pingpong_*  µs per round trip, from ibv_rc_pingpong's "usec/iter" line."""
+import re
+
+from pairs import HOST, free_port, run_pair
+
+SIZES = [64, 4096, 1048576]
+
+
+def iterations(kind, size, quick):
+    """Fewer iterations for big messages, and ten times fewer with --quick."""
+    if kind == "lat":
+        n = 20000 if (size or 0) <= 4096 else 1000
+    else:
+        n = {64: 200000, 4096: 100000}.get(size, 5000)
+    return max(100, n // 10) if quick else n
+
+
+def perftest_row(text):
+    """perftest's result row under "#bytes #iterations ...": (header words, [floats])."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^\s*#bytes\s+#iterations", line):
+            header = line.split()
+            for row in lines[i + 1:]:
+                if re.match(r"^\s*\d+\s+\d+\s+[\d.]+", row):
+                    return header, [float(v) for v in row.split()]
+            break
+    return None, None
+
+
+class Runner:
+    def __init__(self, env, timeout, quick, log):
+        self.env, self.timeout, self.quick, self.log = env, timeout, quick, log
+        self.results = {}
+        self.failures = []
+        self.commands = []
+
+    def record(self, key, value, what):
+        if value is None or not value > 0:
+            self.failures.append(f"{what}: no non-zero figure in its output")
+            return
+        self.results[key] = value
+        self.log(f"  {key[0]:9} {key[1]:22} {key[2]:>8}  {value:.3f}")
+
+    def pair(self, what, server, client, env):
+        """Runs a pair; returns the Outcome, or None after recording why it failed."""
+        prefix = ("UCX_TLS=posix,self " if "UCX_TLS" in env else
+                  "LD_PRELOAD=<build>/librdmashim.so RDMASHIM_PROVIDER=soft "
+                  if "LD_PRELOAD" in env else "")
+        self.commands.append(prefix + " ".join(client))
+        out = run_pair(server, client, env, self.port, self.timeout)
+        if not out.ok:
+            self.failures.append(f"{what}: " + "; ".join(out.problems))
+            self.log(f"  FAILED {what}: " + "; ".join(out.problems))
+            return None
+        return out
+
+    # --- rdmashim under Debian's perftest and ibverbs-utils --------------------------------
+    def perftest(self, prog, size):
+        kind = "lat" if prog.endswith("_lat") else "bw"
+        n = iterations(kind, size, self.quick)
+        self.port = free_port()
+        args = ["-p", str(self.port), "-n", str(n)]
+        if size is not None:
+            args += ["-s", str(size)]
+        out = self.pair(f"ib_{prog} {size or ''}".strip(), ["ib_" + prog] + args,
+                        ["ib_" + prog] + args + [HOST], self.env)
+        if not out:
+            return
+        header, row = perftest_row(out.client_out)
+        if not row:
+            self.failures.append(f"ib_{prog}: no result row in its output")
+            return
+        size = int(row[0])
+        if kind == "lat":
+            col = header.index("t_typical[usec]") if "t_typical[usec]" in header else 4
+            self.record(("rdmashim", prog, size), row[col], f"ib_{prog} {size}")
+        else:                  # #bytes #iterations BW-peak BW-average MsgRate
+            self.record(("rdmashim", prog, size), row[3], f"ib_{prog} {size}")
+            self.record(("rdmashim", prog.replace("_bw", "_mr"), size), row[4], f"ib_{prog} {size}")
+
+    def rc_pingpong(self, event):
+        n = 200 if self.quick else 2000
+        self.port = free_port()
+        args = ["ibv_rc_pingpong", "-g", "0", "-p", str(self.port), "-n", str(n), "-s", "64"]
+        if event:
+            args.append("-e")
+        name = "rc_pingpong_event" if event else "rc_pingpong_poll"
+        out = self.pair(" ".join(args[:1] + (["-e"] if event else [])), args, args + [HOST],
+                        self.env)
+        if not out:
+            return
+        m = re.search(r"^\d+ iters in [\d.]+ seconds = ([\d.]+) usec/iter", out.client_out, re.M)
+        self.record(("rdmashim", name, 64), float(m.group(1)) if m else None,
+                    "ibv_rc_pingpong" + (" -e" if event else ""))
+
+    # --- UCX -------------------------------------------------------------------------------
+    def ucx(self, test, size):
+        kind = "lat" if test.endswith("_lat") else "bw"
+        n = iterations(kind, size, self.quick)
+        self.port = free_port()
+        env = dict(self.env, UCX_TLS="posix,self")
+        env.pop("LD_PRELOAD", None)
+        base = ["ucx_perftest", "-p", str(self.port)]
+        out = self.pair(f"ucx_perftest -t {test} -s {size}", base,
+                        base + [HOST, "-t", test, "-s", str(size), "-n", str(n), "-f"], env)
+        if not out:
+            return
+        rows = [ln.split() for ln in out.client_out.splitlines()
+                if re.match(r"^\s*\d+(\s+[\d.]+){7}\s*$", ln)]
+        if not rows:
+            self.failures.append(f"ucx_perftest {test} {size}: no result row in its output")
+            return
+        # iterations, latency p50/avg/overall (µs), bandwidth avg/overall (MB/s), rate avg/overall
+        row = [float(v) for v in rows[-1]]
+        name = {"tag_lat": "send_lat", "ucp_put_lat": "write_lat",
+                "tag_bw": "send_bw", "ucp_put_bw": "write_bw"}[test]
+        if kind == "lat":
+            self.record(("ucx", name, size), row[1], f"ucx {test} {size}")
+        else:
+            self.record(("ucx", name, size), row[5], f"ucx {test} {size}")
+            self.record(("ucx", name.replace("_bw", "_mr"), size), row[7] / 1e6, f"ucx {test} {size}")
+
+    # --- libfabric -------------------------------------------------------------------------
+    def fi_pingpong(self, size):
+        n = iterations("lat", size, self.quick)
+        self.port = free_port()
+        env = dict(self.env)
+        env.pop("LD_PRELOAD", None)
+        common = ["fi_pingpong", "-p", "shm", "-e", "rdm", "-I", str(n), "-S", str(size)]
+        out = self.pair(f"fi_pingpong -p shm -S {size}", common + ["-B", str(self.port)],
+                        common + ["-P", str(self.port), HOST], env)
+        if not out:
+            return
+        m = re.search(r"^(\d+[kmg]?)\s+\S+\s+\S+\s+\S+\s+\S+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$",
+                      out.client_out, re.M)
+        if not m:
+            self.failures.append(f"fi_pingpong {size}: no result row in its output")
+            return
+        self.record(("libfabric", "send_lat", size), float(m.group(3)), f"fi_pingpong {size}")
+        self.record(("libfabric", "pingpong_bw", size), float(m.group(2)) * 1e6 / 2**20,
+                    f"fi_pingpong {size}")
+
+
+def run_all(runner, have):
+    """Everything; `have(program)` says whether a program is installed. Each rdmashim figure
+    runs right beside its peers' figures, so that a change in the machine's load between them
+    is as small as it can be."""
+    r = runner
+    perf, ucx, fab = have("ib_send_lat"), have("ucx_perftest"), have("fi_pingpong")
+    for size in SIZES:
+        if perf:
+            r.perftest("send_lat", size)
+        if ucx:
+            r.ucx("tag_lat", size)
+        if fab:
+            r.fi_pingpong(size)
+        if perf:
+            r.perftest("write_lat", size)
+        if ucx:
+            r.ucx("ucp_put_lat", size)
+    if perf:
+        r.perftest("read_lat", 64)
+        r.perftest("atomic_lat", None)          # atomics are 8 bytes; it takes no -s
+    for size in SIZES:
+        if perf:
+            r.perftest("send_bw", size)
+        if ucx:
+            r.ucx("tag_bw", size)
+        if perf:
+            r.perftest("write_bw", size)
+        if ucx:
+            r.ucx("ucp_put_bw", size)
+    if have("ibv_rc_pingpong"):
+        r.rc_pingpong(event=True)
+        r.rc_pingpong(event=False)
