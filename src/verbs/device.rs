@@ -160,23 +160,24 @@ fn refresh() -> Gids {
 /// sends, `ibv_init_ah_from_wc`) uses this: a miss there does not read the host again, so a
 /// bad `sgid_index` cannot cost a scan per work request.
 pub fn gids() -> Gids {
-    cached().map_or_else(refresh, |(t, _)| t)
+    cached().unwrap_or_else(refresh)
 }
 
-/// `Some((table, fresh))` if the cache is younger than `GIDS_TTL`.
-fn cached() -> Option<(Gids, bool)> {
+/// The cached table if it is younger than `GIDS_TTL`.
+fn cached() -> Option<Gids> {
     let c = *GIDS.read().unwrap_or_else(|e| e.into_inner());
-    c.filter(|(_, at)| at.elapsed() < GIDS_TTL).map(|(t, _)| (t, false))
+    c.filter(|(_, at)| at.elapsed() < GIDS_TTL).map(|(t, _)| t)
 }
 
 /// A lookup for the control path (`ibv_query_gid*`, `rdma_resolve_addr`): on a miss (an index
 /// beyond the table, an address not in it) the host is read again and the lookup repeated, so
 /// an address added after start answers at once, and the data path sees it from then on.
 pub fn gid_lookup<T>(f: impl Fn(&Gids) -> Option<T>) -> Option<T> {
-    let (t, fresh) = cached().unwrap_or_else(|| (refresh(), true));
+    // `just_read`: the table came from the host in this call; a miss there is an answer.
+    let (t, just_read) = cached().map_or_else(|| (refresh(), true), |t| (t, false));
     match f(&t) {
         Some(v) => Some(v),
-        None if fresh => None,
+        None if just_read => None,
         None => f(&refresh()),
     }
 }
