@@ -143,11 +143,10 @@ entry! {
         check_port(port)?;
         // SAFETY: gid is NULL or valid for writes.
         let g = unsafe { out(gid) }?;
-        let table = device::gid_table();
         if index < 0 || index as usize >= device::GID_TABLE_LEN {
             return Err(Errno::EINVAL);
         }
-        g.raw = table.get(index as usize).copied().unwrap_or([0; 16]);
+        g.raw = device::gid_lookup(|t| t.get(index as usize)).unwrap_or([0; 16]);
         Ok(())
     }
 
@@ -162,7 +161,7 @@ entry! {
         }
         // SAFETY: entry is NULL or valid for writes.
         let e = unsafe { out(entry) }?;
-        let g = device::gid_table().get(index as usize).copied().ok_or(Errno::ENODATA)?;
+        let g = device::gid_lookup(|t| t.get(index as usize)).ok_or(Errno::ENODATA)?;
         e.gid.raw = g;
         e.gid_index = index;
         e.port_num = port;
@@ -176,7 +175,8 @@ entry! {
         if flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() || (entries.is_null() && max_entries > 0) {
             return Err(Errno::EINVAL);
         }
-        let table = device::gid_table();
+        let gids = device::gids();
+        let table = gids.as_slice();
         if table.len() > max_entries {
             return Err(Errno::EINVAL);
         }

@@ -251,9 +251,8 @@ fn rendezvous_for(ps: u32, ip: IpAddr, port: u16, v6only: bool) -> String {
 
 /// `true` if `ip` belongs to this host (a socket can bind to it).
 fn is_local(ip: IpAddr) -> bool {
-    ip.is_unspecified()
-        || ip.is_loopback()
-        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+    // The GID table answers, as it does for ibv_query_gid and UD sends (re-read on a miss).
+    ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || device::is_local_ip(ip)
 }
 
 fn random_port() -> u16 {

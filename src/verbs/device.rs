@@ -9,7 +9,8 @@ use crate::handle::CBox;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 pub const DEVICE_NAME: &str = "soft0";
 pub const PORT: u8 = 1;
@@ -110,8 +111,81 @@ pub fn ip_of_gid(gid: &[u8; 16]) -> IpAddr {
     }
 }
 
-pub fn gid_table() -> Vec<[u8; 16]> {
-    local_addresses().into_iter().take(GID_TABLE_LEN).map(gid_of).collect()
+/// The GID table: this host's addresses as GIDs, at most `GID_TABLE_LEN`, in a fixed array so
+/// that a copy costs no allocation.
+#[derive(Clone, Copy)]
+pub struct Gids {
+    gids: [[u8; 16]; GID_TABLE_LEN],
+    len: usize,
+}
+
+impl Gids {
+    fn read_host() -> Gids {
+        let mut t = Gids { gids: [[0; 16]; GID_TABLE_LEN], len: 0 };
+        for (slot, ip) in t.gids.iter_mut().zip(local_addresses()) {
+            *slot = gid_of(ip);
+            t.len += 1;
+        }
+        t
+    }
+
+    pub fn as_slice(&self) -> &[[u8; 16]] {
+        &self.gids[..self.len]
+    }
+
+    pub fn get(&self, index: usize) -> Option<[u8; 16]> {
+        self.as_slice().get(index).copied()
+    }
+
+    pub fn position(&self, gid: &[u8; 16]) -> Option<usize> {
+        self.as_slice().iter().position(|g| g == gid)
+    }
+}
+
+/// How long a table that answers every lookup is trusted before the host is read again.
+const GIDS_TTL: Duration = Duration::from_secs(1);
+
+/// The cached table and when it was read. Reading the host (`getifaddrs`: a netlink socket and
+/// several system calls) on every UD send was the cost this cache removes.
+static GIDS: RwLock<Option<(Gids, Instant)>> = RwLock::new(None);
+
+fn refresh() -> Gids {
+    let t = Gids::read_host();
+    *GIDS.write().unwrap_or_else(|e| e.into_inner()) = Some((t, Instant::now()));
+    t
+}
+
+/// The GID table, read from the host only if the cached one is older than `GIDS_TTL`; no
+/// system call otherwise (the monotonic clock is read through the vDSO). The data path (UD
+/// sends, `ibv_init_ah_from_wc`) uses this: a miss there does not read the host again, so a
+/// bad `sgid_index` cannot cost a scan per work request.
+pub fn gids() -> Gids {
+    cached().unwrap_or_else(refresh)
+}
+
+/// The cached table if it is younger than `GIDS_TTL`.
+fn cached() -> Option<Gids> {
+    let c = *GIDS.read().unwrap_or_else(|e| e.into_inner());
+    c.filter(|(_, at)| at.elapsed() < GIDS_TTL).map(|(t, _)| t)
+}
+
+/// A lookup for the control path (`ibv_query_gid*`, `rdma_resolve_addr`): on a miss (an index
+/// beyond the table, an address not in it) the host is read again and the lookup repeated, so
+/// an address added after start answers at once, and the data path sees it from then on.
+pub fn gid_lookup<T>(f: impl Fn(&Gids) -> Option<T>) -> Option<T> {
+    // `just_read`: the table came from the host in this call; a miss there is an answer.
+    let (t, just_read) = cached().map_or_else(|| (refresh(), true), |t| (t, false));
+    match f(&t) {
+        Some(v) => Some(v),
+        None if just_read => None,
+        None => f(&refresh()),
+    }
+}
+
+/// `true` if `ip` is one of this host's addresses (its GID is in the table).
+pub fn is_local_ip(ip: IpAddr) -> bool {
+    let g = gid_of(ip);
+    gid_lookup(|t| t.position(&g)).is_some()
 }
 
 /// An open device context. The handle is the `ibv_context` inside a `verbs_context`, as

@@ -12,10 +12,9 @@ use crate::sys::*;
 /// The destination of a UD send through `ah`: the GIDs of its address vector (the source GID
 /// by index in the GID table, the first one if out of range).
 pub fn resolve(ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> UdDest {
-    let table = device::gid_table();
+    let table = device::gids();
     let attr = &ah.attr;
-    let sgid =
-        table.get(attr.grh.sgid_index as usize).or(table.first()).copied().unwrap_or([0; 16]);
+    let sgid = table.get(attr.grh.sgid_index as usize).or(table.get(0)).unwrap_or([0; 16]);
     // SAFETY: ibv_gid is a union of byte views; raw is always valid.
     let dgid = if attr.is_global != 0 { unsafe { attr.grh.dgid.raw } } else { sgid };
     UdDest { remote_qpn, remote_qkey, sgid, dgid }
@@ -45,7 +44,7 @@ pub fn ah_attr_from_wc(
         dgid.copy_from_slice(&g[24..40]);
         out.is_global = 1;
         out.grh.dgid.raw = sgid;
-        out.grh.sgid_index = device::gid_table().iter().position(|x| *x == dgid).unwrap_or(0) as u8;
+        out.grh.sgid_index = device::gids().position(&dgid).unwrap_or(0) as u8;
         out.grh.hop_limit = 0xff;
         out.grh.traffic_class = ((u32::from_be_bytes([g[0], g[1], g[2], g[3]]) >> 20) & 0xff) as u8;
         out.grh.flow_label = u32::from_be_bytes([g[0], g[1], g[2], g[3]]) & 0xfffff;
