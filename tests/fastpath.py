@@ -44,36 +44,24 @@ def env_for(build):
 STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", re.M)
 
 
-def strace_counts(path):
-    """(epoll_wait calls, all other calls) from an strace -c report. The progress thread's
-    1 ms naps while the application polls are epoll_wait calls whose number follows the run's
-    duration, not its messages; everything else (doorbells, socket traffic) would follow the
-    messages if the data path made system calls."""
+def strace_calls(path):
+    """{system call: CALLS} from strace -c's table ("total" included)."""
     with open(path) as f:
         report = f.read()
-    rows = {name: int(calls) for calls, name in STRACE_ROW.findall(report)}
-    if "total" not in rows:
+    calls = {name: int(n) for n, name in STRACE_ROW.findall(report)}
+    if "total" not in calls:
         print(report)
         raise SystemExit(f"fastpath: could not read strace's table in {path}")
-    naps = rows.get("epoll_wait", 0)
-    return naps, rows["total"] - naps
+    return calls
 
 
-STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", re.M)
-
-
-def strace_calls(path):
-    """{system call: CALLS} from strace -c's table."""
-    with open(path) as f:
-        return {name: int(n) for n, name in STRACE_ROW.findall(f.read()) if name != "total"}
-
-
-def pingpong_syscalls(build, iters):
-    """((naps, other calls) of the server, the same of the client) for one busy-polling
-    ibv_rc_pingpong pair of `iters` iterations, both sides (every thread) under strace -c."""
+def traced_pair(build, program, iters):
+    """[server {call: count}, client {call: count}] of one pair of Debian's `program`
+    (ibv_rc_pingpong or ibv_ud_pingpong; 64-byte messages, GID index 0) of `iters` iterations,
+    both sides (every thread) under strace -f -c."""
     env = env_for(build)
     port = str(free_port())
-    pp = ["ibv_rc_pingpong", "-g", "0", "-s", "64", "-n", str(iters), "-p", port]
+    pp = [program, "-g", "0", "-s", "64", "-n", str(iters), "-p", port]
     with tempfile.TemporaryDirectory() as tmp:
         outs = [os.path.join(tmp, "server.strace"), os.path.join(tmp, "client.strace")]
         server = subprocess.Popen(["strace", "-f", "-c", "-o", outs[0]] + pp, env=env,
@@ -85,8 +73,23 @@ def pingpong_syscalls(build, iters):
         server_out, _ = server.communicate(timeout=60)
         if client.returncode != 0 or server.returncode != 0:
             print(client.stdout, server_out)
-            raise SystemExit("fastpath: ibv_rc_pingpong failed")
-        return strace_counts(outs[0]), strace_counts(outs[1])
+            raise SystemExit(f"fastpath: {program} failed")
+        return [strace_calls(o) for o in outs]
+
+
+def naps_and_others(calls):
+    """(epoll_wait calls, all other calls). The progress thread's 1 ms naps while the
+    application polls are epoll_wait calls whose number follows the run's duration, not its
+    messages; everything else (doorbells, socket traffic) would follow the messages if the data
+    path made system calls."""
+    naps = calls.get("epoll_wait", 0)
+    return naps, calls["total"] - naps
+
+
+def pingpong_syscalls(build, iters):
+    """(naps, other calls) of the server and of the client for one busy-polling
+    ibv_rc_pingpong pair of `iters` iterations."""
+    return [naps_and_others(c) for c in traced_pair(build, "ibv_rc_pingpong", iters)]
 
 
 def syscalls_per_message(build, small=10000, large=50000):
@@ -109,30 +112,9 @@ def syscalls_per_message(build, small=10000, large=50000):
 SCAN_CALLS = ("socket", "bind", "getsockname", "sendto", "close")
 
 
-def ud_pingpong_calls(build, iters):
-    """[server {call: count}, client {call: count}] of one ibv_ud_pingpong pair of `iters`
-    iterations (64-byte messages, GRH on GID index 0), both sides under strace -f -c."""
-    env = env_for(build)
-    port = str(free_port())
-    pp = ["ibv_ud_pingpong", "-g", "0", "-s", "64", "-n", str(iters), "-p", port]
-    with tempfile.TemporaryDirectory() as tmp:
-        outs = [os.path.join(tmp, "server.strace"), os.path.join(tmp, "client.strace")]
-        server = subprocess.Popen(["strace", "-f", "-c", "-o", outs[0]] + pp, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        time.sleep(0.5)
-        client = subprocess.run(["strace", "-f", "-c", "-o", outs[1]] + pp + ["127.0.0.1"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, timeout=120)
-        server_out, _ = server.communicate(timeout=60)
-        if client.returncode != 0 or server.returncode != 0:
-            print(client.stdout, server_out)
-            raise SystemExit("fastpath: ibv_ud_pingpong failed")
-        return [strace_calls(o) for o in outs]
-
-
 def ud_scan_calls_per_message(build, small=500, large=2500):
     """{side: {call: extra calls per extra iteration}} for SCAN_CALLS (and recvmsg, shown only)."""
-    runs = [ud_pingpong_calls(build, n) for n in (small, large)]
+    runs = [traced_pair(build, "ibv_ud_pingpong", n) for n in (small, large)]
     result = {}
     for side, (a, b) in zip(("server", "client"), zip(*runs)):
         result[side] = {c: (b.get(c, 0) - a.get(c, 0)) / (large - small)
