@@ -240,13 +240,16 @@ static void scenario(const char *name, enum ibv_wr_opcode op)
 		FAIL("%s: connecting", name);
 		goto reap;
 	}
-	/* Stream: keep DEPTH requests in flight; kill the peer after BEFORE_KILL completions;
-	 * go on until every posted request has its completion. */
+	/* Stream: keep DEPTH requests in flight; kill the peer after BEFORE_KILL completions and
+	 * keep streaming until the first error completion; go on until every posted request has
+	 * its completion. SIGKILL is asynchronous: the peer may still serve all of the requests in
+	 * flight at the kill before it dies (they then succeed, as on hardware), but the requests
+	 * posted after its death must fail. */
 	while (done < posted || !dead) {
 		struct ibv_wc wc[DEPTH];
 		int n, i;
 
-		while (!dead && posted - done < DEPTH) {
+		while (!errors && posted - done < DEPTH) {
 			if (post(id, mr, buf, &o, op, posted)) {
 				FAIL("%s: ibv_post_send failed (%s)", name, strerror(errno));
 				goto reap;
