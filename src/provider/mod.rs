@@ -113,6 +113,19 @@ pub struct QpAttrs {
     pub timeout: u8,
     pub retry_cnt: u8,
     pub max_rd_atomic: u8,
+    /// READ/atomic requests the peer may have outstanding at us.
+    pub max_dest_rd_atomic: u8,
+    /// First PSN of our requests and first PSN we expect from the peer (24 bits).
+    pub sq_psn: u32,
+    pub rq_psn: u32,
+    /// Path MTU in bytes (256..4096; 0 if never set).
+    pub path_mtu: u32,
+    /// The address vector carries a GRH (RoCE: always for a routed peer).
+    pub has_grh: bool,
+    /// Our GID (the address vector's sgid_index resolved through the GID table) and the
+    /// peer's (the GRH's dgid); all zero without a GRH.
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
 }
 
 /// A modify as the verbs layer decides it: given the current state, the target state and the

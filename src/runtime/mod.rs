@@ -7,5 +7,6 @@ pub mod access;
 pub mod engine;
 pub mod fdqueue;
 pub mod fork;
+pub mod ifaddrs;
 pub mod shm;
 pub mod unix;

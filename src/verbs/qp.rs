@@ -98,6 +98,15 @@ fn from_ibv_state(s: u32) -> Option<QpState> {
 
 /// What the transport uses of the attribute record.
 fn transport_attrs(a: &ibv_qp_attr) -> QpAttrs {
+    let av = &a.ah_attr;
+    let (sgid, dgid) = if av.is_global != 0 {
+        let table = device::gids();
+        let sgid = table.get(av.grh.sgid_index as usize).unwrap_or([0; 16]);
+        // SAFETY: ibv_gid is a union of byte views; raw is always valid.
+        (sgid, unsafe { av.grh.dgid.raw })
+    } else {
+        ([0; 16], [0; 16])
+    };
     QpAttrs {
         qkey: a.qkey,
         dest_qp_num: a.dest_qp_num,
@@ -107,6 +116,18 @@ fn transport_attrs(a: &ibv_qp_attr) -> QpAttrs {
         timeout: a.timeout,
         retry_cnt: a.retry_cnt,
         max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        sq_psn: a.sq_psn & 0x00ff_ffff,
+        rq_psn: a.rq_psn & 0x00ff_ffff,
+        // IBV_MTU_256..=IBV_MTU_4096 are consecutive: 256 << n bytes; anything else is unset.
+        path_mtu: if (ibv_mtu::IBV_MTU_256..=ibv_mtu::IBV_MTU_4096).contains(&a.path_mtu) {
+            256 << (a.path_mtu - ibv_mtu::IBV_MTU_256)
+        } else {
+            0
+        },
+        has_grh: av.is_global != 0,
+        sgid,
+        dgid,
     }
 }
 

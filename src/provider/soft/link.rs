@@ -5,6 +5,7 @@
 //! the peer answers `Ack` with its own doorbell. The connection then stays open: its hang-up tells
 //! each side that the other QP is gone.
 
+use super::net::endpoint;
 use super::ring::{Ring, LINK_SIZE};
 use crate::errno::{Errno, Result};
 use crate::runtime::engine::{engine, Bell};
@@ -12,7 +13,7 @@ use crate::runtime::fork;
 use crate::runtime::shm::Shm;
 use crate::runtime::unix::{self, Pod};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const MAGIC: u32 = 0x5244_4d53; // "RDMS"
 pub const HELLO: u32 = 1;
@@ -35,23 +36,23 @@ pub fn qp_name(qpn: u32) -> String {
     format!("rdmashim/qp/{qpn:06x}")
 }
 
-/// Allocates a QPN unique on this host (network namespace) and the socket that owns it: a
-/// listening SEQPACKET socket for connected QPs, a datagram socket for UD QPs.
-pub fn allocate_qpn(datagram: bool) -> Result<(u32, OwnedFd)> {
+/// Allocates a QPN and the sockets that own it: a slot on one of our UDP sockets (the QPN is
+/// `(port << 8) | slot`, see `net::endpoint`, so it is unique in the network namespace and names
+/// the socket across namespaces) and the abstract name same-host peers find it by: a listening
+/// SEQPACKET socket for connected QPs, a datagram socket for UD QPs.
+pub fn allocate_qpn(datagram: bool) -> Result<(u32, OwnedFd, Arc<OwnedFd>)> {
     for _ in 0..1000 {
-        let mut r: u32 = 0;
-        // SAFETY: getrandom into a valid 4-byte buffer.
-        unsafe { libc::getrandom((&mut r as *mut u32).cast(), 4, 0) };
-        let qpn = (r & 0x00ff_ffff).max(0x100);
-        if qpn == 0x00ff_ffff {
-            continue;
-        }
+        let (qpn, udp) = endpoint::allocate()?;
         let bound =
             if datagram { unix::bind_dgram(&qp_name(qpn)) } else { unix::listen(&qp_name(qpn)) };
         match bound {
-            Ok(fd) => return Ok((qpn, fd)),
+            Ok(fd) => return Ok((qpn, fd, udp)),
+            // A stale name (a process of this namespace that kept it): the slot stays taken.
             Err(e) if e == Errno::EADDRINUSE => continue,
-            Err(e) => return Err(e),
+            Err(e) => {
+                endpoint::release(qpn);
+                return Err(e);
+            }
         }
     }
     Err(Errno::ENOSPC)

@@ -25,8 +25,10 @@
 
 pub mod datagram;
 pub mod link;
+pub mod net;
 pub mod qp;
 mod rc;
+mod rc_net;
 mod rc_recv;
 pub mod ring;
 pub mod roce;

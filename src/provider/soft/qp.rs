@@ -3,7 +3,9 @@
 //! the moves to ERR with their flush completions.
 
 use super::link::{self, Hello, Link};
+use super::net::rc::NetRc;
 use super::rc::{InMsg, Inflight, RespJob};
+use super::roce::Packet;
 use crate::errno::{Errno, Result};
 use crate::provider::{
     AdmitFn, Completion, CompletionSink, EventSink, MemoryKeys, ModifyFn, QpAttrs, QpEvent, QpInit,
@@ -15,6 +17,7 @@ use crate::runtime::fork;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -42,6 +45,8 @@ pub struct Inner {
     pub(super) retry_deadline: Option<std::time::Instant>,
     /// UD: multicast groups this QP is attached to, with the marker socket of each.
     mcast: Vec<([u8; 16], OwnedFd)>,
+    /// RC with a peer behind the network: RoCEv2 over UDP instead of the link.
+    pub(super) net: Option<Box<NetRc>>,
 }
 
 pub struct SoftQp {
@@ -56,6 +61,8 @@ pub struct SoftQp {
     pub(super) events: Arc<dyn EventSink>,
     /// The socket that owns our QPN: listening (RC) or receiving datagrams (UD).
     listener: Arc<OwnedFd>,
+    /// The UDP socket whose port our QPN carries (the network path sends from it).
+    pub(super) udp: Arc<OwnedFd>,
     /// RC: accepts the peer's handshake connection (never blocking the progress thread).
     _acceptor: Option<Acceptor>,
     /// The process generation (`fork`) that created the QP: a forked child must not touch it.
@@ -77,7 +84,7 @@ impl SoftQp {
     /// Allocates a QPN and its socket and registers the QP with the progress engine.
     pub fn create(init: QpInit) -> Result<Arc<SoftQp>> {
         let ud = init.ud;
-        let (qpn, listener) = link::allocate_qpn(ud)?;
+        let (qpn, listener, udp) = link::allocate_qpn(ud)?;
         let listener = Arc::new(listener);
         let acceptor = if ud {
             None
@@ -95,6 +102,7 @@ impl SoftQp {
             srq: init.srq,
             events: init.events,
             listener,
+            udp,
             _acceptor: acceptor,
             generation: fork::generation(),
             block_self_mcast: AtomicBool::new(false),
@@ -112,6 +120,7 @@ impl SoftQp {
                 peer_gone: false,
                 retry_deadline: None,
                 mcast: Vec::new(),
+                net: None,
             }),
             me: me.clone(),
         });
@@ -237,6 +246,7 @@ impl SoftQp {
     /// Moves to ERR: every outstanding request completes with `IBV_WC_WR_FLUSH_ERR`.
     pub(super) fn to_error(&self, st: &mut Inner) {
         self.set_state(st, QpState::Err);
+        self.net_flush(st);
         if let Some(l) = &st.link {
             l.out.close();
             l.notify_peer();
@@ -292,6 +302,7 @@ impl SoftQp {
         st.cur_in = None;
         st.responses.clear();
         st.link = None;
+        st.net = None;
         st.pending_hello = None;
         st.peer_gone = false;
         st.retry_deadline = None;
@@ -323,7 +334,13 @@ impl TransportQp for SoftQp {
             QpState::Err => self.to_error(&mut st),
             QpState::Rtr if cur == QpState::Init && !self.ud => {
                 self.set_state(&mut st, QpState::Rtr);
-                self.connect_link(&mut st);
+                if !self.connect_net(&mut st) {
+                    self.connect_link(&mut st);
+                }
+            }
+            QpState::Rts if cur == QpState::Rtr && st.net.is_some() => {
+                self.net_rts(&mut st);
+                self.set_state(&mut st, QpState::Rts);
             }
             s => self.set_state(&mut st, s),
         }
@@ -345,6 +362,10 @@ impl TransportQp for SoftQp {
         }
         if self.ud {
             return self.post_send_ud(&mut st, w);
+        }
+        if st.net.is_some() {
+            self.post_send_net(&mut st, w);
+            return Ok(());
         }
         st.sq.push_back(w);
         if self.push_sends(&mut st) {
@@ -411,8 +432,10 @@ impl TransportQp for SoftQp {
         let f = fork::shared();
         BY_QPN.write().unwrap_or_else(|e| e.into_inner()).remove(&self.qpn);
         drop(f);
+        super::net::endpoint::release(self.qpn);
         let mut st = lock(&self.st);
         st.link = None;
+        st.net = None;
         st.pending_hello = None;
         st.mcast.clear();
     }
@@ -421,6 +444,18 @@ impl TransportQp for SoftQp {
 impl Pollable for SoftQp {
     fn progress(&self) -> bool {
         self.progress_now()
+    }
+}
+
+/// A RoCEv2 packet (ICRC checked) for `qpn` from `from`: `false` if no QP of this process
+/// generation took it.
+pub fn deliver_packet(qpn: u32, pkt: &Packet<'_>, from: &SocketAddr) -> bool {
+    let f = fork::shared();
+    let qp = BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&qpn).and_then(|w| w.upgrade());
+    drop(f);
+    match qp.filter(|q| q.generation == fork::generation()) {
+        Some(q) => q.on_net_packet(pkt, from),
+        None => false,
     }
 }
 

@@ -41,7 +41,7 @@ impl SendWqe {
     }
 
     /// Rights the local buffers need: READ and atomics write their result there.
-    fn local_access(&self) -> u32 {
+    pub(super) fn local_access(&self) -> u32 {
         if self.awaits_response() {
             ACCESS_LOCAL_WRITE
         } else {
@@ -384,6 +384,9 @@ impl SoftQp {
     /// One pass of the data path for this QP. Callable from any thread.
     pub fn progress_now(&self) -> bool {
         let mut st = self.lock_state();
+        if st.net.is_some() {
+            return self.progress_net(&mut st);
+        }
         let tail = st.link.as_ref().map_or(0, |l| l.out.tail());
         let mut did = self.consume(&mut st);
         did |= self.reap(&mut st, tail);

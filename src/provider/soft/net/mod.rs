@@ -1,0 +1,32 @@
+//! The network link: RoCEv2 over UDP to QPs in other network namespaces or on other hosts.
+//!
+//! * [`endpoint`]: this process's UDP sockets and the QPN ↔ (port, slot) scheme;
+//! * [`recv`]: the progress engine reads the sockets, checks each packet's ICRC and hands it to
+//!   the QP its BTH names;
+//! * [`rc`]: an RC QP's network path, the transport engine (`transport::RcQp`) joined to the
+//!   QP's memory keys, receive queue, CQs and the socket;
+//! * [`route`]: whether a GID is ours (same namespace: the shared-memory rings) and the path
+//!   MTU towards it.
+
+pub mod endpoint;
+pub mod rc;
+pub mod recv;
+pub mod route;
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// The transport engine's clock: nanoseconds since the first use in this process.
+pub fn now_ns() -> u64 {
+    base().elapsed().as_nanos() as u64
+}
+
+/// The instant of an engine time.
+pub fn instant_of(ns: u64) -> Instant {
+    base() + std::time::Duration::from_nanos(ns)
+}
+
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}

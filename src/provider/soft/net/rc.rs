@@ -1,0 +1,523 @@
+//! An RC QP's network path: the transport engine ([`RcQp`]) joined to what the QP owns.
+//!
+//! * `Memory`: local lists are the SGLs (or inline data) of the requests and receives the
+//!   engine holds, named by a handle; every access is checked against the PD's MR table
+//!   (`MemoryKeys`) piece by piece, remote ones also against the QP's access flags.
+//! * `RecvQueue`: the QP's receive queue or its SRQ.
+//! * `Sink`: packets are encoded (`roce::encode`, ICRC over the flow) and sent from the QP's UDP
+//!   socket with the QP's GID as source address; completions go to the CQs with the send queue
+//!   position verbs needs to retire entries; async events are returned to the QP.
+//!
+//! Every request is posted to the engine as signaled (its completions come strictly in posting
+//! order, so the front of `sends` is the one completing); unsignaled successes are not reported.
+
+use super::endpoint;
+use crate::provider::soft::roce::{self, Flow, Packet};
+use crate::provider::soft::transport::{self as t, RcConfig, RcQp};
+use crate::provider::{
+    Completion, CompletionSink, MemoryKeys, Payload, QpEvent, RecvWqe, SendWqe, Sgl,
+    SharedRecvQueue, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
+};
+use crate::sys::*;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ibv_wc_opcode::*;
+use ibv_wc_status::*;
+use ibv_wr_opcode::*;
+
+/// A local list the engine names by handle.
+// Small inline sends stay unboxed, as in the request itself (`Payload`).
+#[allow(clippy::large_enum_variant)]
+enum List {
+    Send(Payload),
+    Recv(Sgl),
+}
+
+struct Posted {
+    wr_id: u64,
+    seq: u64,
+    signaled: bool,
+}
+
+/// What the engine's lists and completions are matched against.
+#[derive(Default)]
+struct Book {
+    lists: HashMap<u64, List>,
+    next: u64,
+    /// Requests in the engine, oldest first: (request, its list handle).
+    sends: VecDeque<(Posted, u64)>,
+    /// Receives the engine took, oldest first: (wr_id, list handle).
+    recvs: VecDeque<(u64, u64)>,
+}
+
+impl Book {
+    fn add(&mut self, l: List) -> u64 {
+        self.next += 1;
+        self.lists.insert(self.next, l);
+        self.next
+    }
+}
+
+/// Where the packets go.
+struct Io {
+    sock: Arc<OwnedFd>,
+    src: IpAddr,
+    dst: SocketAddr,
+    flow: Flow,
+    buf: Vec<u8>,
+}
+
+/// The QP's parts the engine's adapters use.
+pub struct Ctx<'a> {
+    pub qpn: u32,
+    pub keys: &'a dyn MemoryKeys,
+    pub srq: Option<&'a dyn SharedRecvQueue>,
+    pub send_cq: &'a dyn CompletionSink,
+    pub recv_cq: &'a dyn CompletionSink,
+    pub sig_all: bool,
+    pub access: u32,
+}
+
+/// What a call into the engine led to.
+#[derive(Default)]
+pub struct Outcome {
+    /// Packets or completions came out.
+    pub moved: bool,
+    pub events: Vec<QpEvent>,
+    /// The engine is in error: the QP must move to ERR.
+    pub error: bool,
+    /// When the engine wants to be polled again (engine time, see `net::now_ns`).
+    pub deadline: Option<u64>,
+}
+
+pub struct NetRc {
+    rc: RcQp,
+    cfg: RcConfig,
+    book: RefCell<Book>,
+    io: Io,
+    /// Requests the engine's queue had no room for yet (posting order).
+    pending: VecDeque<t::SendWr>,
+}
+
+impl NetRc {
+    /// The path to `dst_ip` for a QP whose socket is `sock` (the responder starts at RTR).
+    pub fn new(cfg: RcConfig, sock: Arc<OwnedFd>, src_ip: IpAddr, dst_ip: IpAddr) -> Option<NetRc> {
+        let my_port = endpoint::port_of(cfg.qpn);
+        let dst = SocketAddr::new(dst_ip, endpoint::port_of(cfg.dest_qpn));
+        let flow = Flow::new(SocketAddr::new(src_ip, my_port), dst)?;
+        let mtu = cfg.mtu();
+        Some(NetRc {
+            rc: RcQp::new(&cfg),
+            cfg,
+            book: RefCell::new(Book::default()),
+            io: Io { sock, src: src_ip, dst, flow, buf: vec![0; mtu as usize + 256] },
+            pending: VecDeque::new(),
+        })
+    }
+
+    /// The configuration the engine was built with.
+    pub fn config(&self) -> RcConfig {
+        self.cfg
+    }
+
+    /// RTR → RTS: the requester starts with the attributes given for RTS (sq_psn, timers).
+    pub fn start_requester(&mut self, cfg: RcConfig) {
+        self.cfg = cfg;
+        self.rc.req = t::Requester::new(&cfg);
+    }
+
+    /// Whether a packet from `from` comes from our peer (address and port of its QP's socket).
+    pub fn is_peer(&self, from: &SocketAddr) -> bool {
+        let ip = match from.ip() {
+            IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
+            v4 => v4,
+        };
+        ip == self.io.dst.ip() && from.port() == self.io.dst.port()
+    }
+
+    pub fn on_packet(
+        &mut self,
+        ctx: &Ctx<'_>,
+        rq: &mut VecDeque<RecvWqe>,
+        pkt: &Packet<'_>,
+    ) -> Outcome {
+        let now = super::now_ns();
+        self.run(ctx, rq, |rc, mem, q, out| rc.on_packet(pkt, now, mem, q, out))
+    }
+
+    /// Queues a send request (its local buffers were checked by the caller) and transmits.
+    /// `Err` with an `ibv_wc_status` if the engine refuses it.
+    pub fn post(
+        &mut self,
+        ctx: &Ctx<'_>,
+        rq: &mut VecDeque<RecvWqe>,
+        w: SendWqe,
+    ) -> Result<Outcome, u32> {
+        let op = match w.opcode {
+            IBV_WR_SEND => t::WrOp::Send,
+            IBV_WR_SEND_WITH_IMM => t::WrOp::SendImm(w.imm.unwrap_or(0)),
+            IBV_WR_RDMA_WRITE => t::WrOp::Write,
+            IBV_WR_RDMA_WRITE_WITH_IMM => t::WrOp::WriteImm(w.imm.unwrap_or(0)),
+            IBV_WR_RDMA_READ => t::WrOp::Read,
+            IBV_WR_ATOMIC_CMP_AND_SWP => t::WrOp::CmpSwap { compare: w.compare_add, swap: w.swap },
+            IBV_WR_ATOMIC_FETCH_AND_ADD => t::WrOp::FetchAdd { add: w.compare_add },
+            _ => return Err(IBV_WC_LOC_QP_OP_ERR),
+        };
+        let len = u32::try_from(w.len).map_err(|_| IBV_WC_LOC_LEN_ERR)?;
+        if op.is_atomic() && len != 8 {
+            return Err(IBV_WC_LOC_LEN_ERR);
+        }
+        let handle = self.book.get_mut().add(List::Send(w.payload));
+        let wr = t::SendWr {
+            wr_id: w.wr_id,
+            op,
+            sgl: t::Sgl(handle),
+            len,
+            remote_va: w.remote_addr,
+            rkey: w.rkey,
+            signaled: true,
+            solicited: w.solicited,
+        };
+        let posted = Posted { wr_id: w.wr_id, seq: w.seq, signaled: w.signaled || ctx.sig_all };
+        self.book.get_mut().sends.push_back((posted, handle));
+        self.pending.push_back(wr);
+        Ok(self.poll(ctx, rq))
+    }
+
+    /// Timers and transmission.
+    pub fn poll(&mut self, ctx: &Ctx<'_>, rq: &mut VecDeque<RecvWqe>) -> Outcome {
+        let now = super::now_ns();
+        let mut pending = std::mem::take(&mut self.pending);
+        let o = self.run(ctx, rq, |rc, mem, _q, out| {
+            while let Some(wr) = pending.front() {
+                match rc.post(*wr, out) {
+                    Err(t::PostError::QueueFull) => break,
+                    // Checked before queueing (atomic length); cannot happen.
+                    Err(t::PostError::Invalid) | Ok(()) => {
+                        pending.pop_front();
+                    }
+                }
+            }
+            rc.poll(now, mem, out)
+        });
+        self.pending = pending;
+        o
+    }
+
+    /// The QP moves to ERR (or RESET): every request and taken receive completes flushed.
+    pub fn flush(&mut self, ctx: &Ctx<'_>, rq: &mut VecDeque<RecvWqe>) {
+        let pending = std::mem::take(&mut self.pending);
+        self.run(ctx, rq, |rc, _mem, _q, out| {
+            rc.req.flush(out);
+            rc.resp.stop();
+            for wr in pending {
+                let _ = rc.post(wr, out); // the engine is stopped: flushed at once
+            }
+        });
+        let book = self.book.get_mut();
+        for (wr_id, h) in book.recvs.drain(..) {
+            book.lists.remove(&h);
+            ctx.recv_cq.push(Completion {
+                wr_id,
+                status: IBV_WC_WR_FLUSH_ERR,
+                opcode: IBV_WC_RECV,
+                qp_num: ctx.qpn,
+                ..Completion::default()
+            });
+        }
+    }
+
+    fn run(
+        &mut self,
+        ctx: &Ctx<'_>,
+        rq: &mut VecDeque<RecvWqe>,
+        f: impl FnOnce(&mut RcQp, &mut Mem<'_>, &mut Rq<'_>, &mut Out<'_>),
+    ) -> Outcome {
+        let book = &self.book;
+        let mut mem = Mem { keys: ctx.keys, book, access: ctx.access };
+        let mut q = Rq { rq, srq: ctx.srq, book };
+        let mut out = Out { io: &mut self.io, book, ctx, moved: false, events: Vec::new() };
+        f(&mut self.rc, &mut mem, &mut q, &mut out);
+        let (moved, events) = (out.moved, out.events);
+        Outcome {
+            moved,
+            events: events.into_iter().map(event_of).collect(),
+            error: self.rc.is_error(),
+            deadline: self.rc.next_deadline(),
+        }
+    }
+}
+
+fn event_of(e: t::QpEvent) -> QpEvent {
+    match e {
+        t::QpEvent::QpAccessErr => QpEvent::AccessError,
+        t::QpEvent::QpReqErr => QpEvent::RequestError,
+        t::QpEvent::QpFatal => QpEvent::Fatal,
+    }
+}
+
+fn status_of(s: t::Status) -> u32 {
+    match s {
+        t::Status::Success => IBV_WC_SUCCESS,
+        t::Status::LocLenErr => IBV_WC_LOC_LEN_ERR,
+        t::Status::LocProtErr => IBV_WC_LOC_PROT_ERR,
+        t::Status::WrFlushErr => IBV_WC_WR_FLUSH_ERR,
+        t::Status::RemInvReqErr => IBV_WC_REM_INV_REQ_ERR,
+        t::Status::RemAccessErr => IBV_WC_REM_ACCESS_ERR,
+        t::Status::RemOpErr => IBV_WC_REM_OP_ERR,
+        t::Status::RetryExcErr => IBV_WC_RETRY_EXC_ERR,
+        t::Status::RnrRetryExcErr => IBV_WC_RNR_RETRY_EXC_ERR,
+    }
+}
+
+fn opcode_of(o: t::WcOpcode) -> u32 {
+    match o {
+        t::WcOpcode::Send => IBV_WC_SEND,
+        t::WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,
+        t::WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
+        t::WcOpcode::CmpSwap => IBV_WC_COMP_SWAP,
+        t::WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
+        t::WcOpcode::Recv => IBV_WC_RECV,
+        t::WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
+    }
+}
+
+struct Mem<'a> {
+    keys: &'a dyn MemoryKeys,
+    book: &'a RefCell<Book>,
+    /// The QP's `qp_access_flags`: remote accesses it does not allow are refused first.
+    access: u32,
+}
+
+impl Mem<'_> {
+    /// Runs `f(address, offset within the n bytes, piece length)` over bytes `[off, off+n)` of
+    /// list `sgl`, each piece checked against the MR table with rights `need` first.
+    fn walk(
+        &self,
+        sgl: t::Sgl,
+        off: u64,
+        n: usize,
+        need: u32,
+        mut f: impl FnMut(u64, usize, usize),
+    ) -> Result<(), t::MemError> {
+        let book = self.book.borrow();
+        let sges = match book.lists.get(&sgl.0) {
+            Some(List::Send(Payload::Sges(s))) | Some(List::Recv(s)) => s,
+            Some(List::Send(Payload::Inline(d))) if need == 0 => {
+                let v = d.as_slice();
+                let end = off.checked_add(n as u64).ok_or(t::MemError::Access)?;
+                if end > v.len() as u64 {
+                    return Err(t::MemError::Access);
+                }
+                f(v.as_ptr() as u64 + off, 0, n);
+                return Ok(());
+            }
+            _ => return Err(t::MemError::Access),
+        };
+        if off.checked_add(n as u64).is_none_or(|e| e > sges.total()) {
+            return Err(t::MemError::Access);
+        }
+        let (mut skip, mut done) = (off, 0usize);
+        for s in sges.as_slice() {
+            if done == n {
+                break;
+            }
+            let l = u64::from(s.length);
+            if skip >= l {
+                skip -= l;
+                continue;
+            }
+            let take = ((l - skip) as usize).min(n - done);
+            let addr = s.addr + skip;
+            let _region =
+                self.keys.lookup(s.lkey, addr, take, need).map_err(|_| t::MemError::Access)?;
+            f(addr, done, take);
+            done += take;
+            skip = 0;
+        }
+        Ok(())
+    }
+
+    fn remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<Option<crate::provider::Region>, t::MemError> {
+        if self.access & need != need {
+            return Err(t::MemError::Access);
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        let len = usize::try_from(len).map_err(|_| t::MemError::Access)?;
+        self.keys.lookup(rkey, va, len, need).map(Some).map_err(|_| t::MemError::Access)
+    }
+}
+
+fn need_of(a: t::Access) -> u32 {
+    match a {
+        t::Access::RemoteRead => ACCESS_REMOTE_READ,
+        t::Access::RemoteWrite => ACCESS_REMOTE_WRITE,
+        t::Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
+    }
+}
+
+impl t::Memory for Mem<'_> {
+    fn read_local(&mut self, sgl: t::Sgl, off: u64, dst: &mut [u8]) -> Result<(), t::MemError> {
+        let d = dst.as_mut_ptr();
+        self.walk(sgl, off, dst.len(), 0, |addr, at, len| {
+            // SAFETY: the piece lies in a registered region checked by `walk` (or in the inline
+            // data it bounds); dst has room for `at + len` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, d.add(at), len) }
+        })
+    }
+
+    fn write_local(&mut self, sgl: t::Sgl, off: u64, src: &[u8]) -> Result<(), t::MemError> {
+        self.walk(sgl, off, src.len(), ACCESS_LOCAL_WRITE, |addr, at, len| {
+            // SAFETY: the piece lies in a region checked for local write by `walk`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), addr as *mut u8, len) }
+        })
+    }
+
+    fn check_remote(
+        &mut self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: t::Access,
+    ) -> Result<(), t::MemError> {
+        self.remote(rkey, va, len, need_of(access)).map(|_| ())
+    }
+
+    fn read_remote(&mut self, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), t::MemError> {
+        let _r = self.remote(rkey, va, dst.len() as u64, ACCESS_REMOTE_READ)?;
+        if !dst.is_empty() {
+            // SAFETY: [va, va + len) lies in a live region with remote read (checked above).
+            unsafe { std::ptr::copy_nonoverlapping(va as *const u8, dst.as_mut_ptr(), dst.len()) }
+        }
+        Ok(())
+    }
+
+    fn write_remote(&mut self, rkey: u32, va: u64, src: &[u8]) -> Result<(), t::MemError> {
+        let _r = self.remote(rkey, va, src.len() as u64, ACCESS_REMOTE_WRITE)?;
+        if let Some((last, head)) = src.split_last() {
+            // SAFETY: [va, va + len) lies in a live region with remote write (checked above).
+            // The last byte lands last: a target spinning on it then sees the whole payload.
+            unsafe {
+                std::ptr::copy_nonoverlapping(head.as_ptr(), va as *mut u8, head.len());
+                std::sync::atomic::fence(Ordering::Release);
+                std::ptr::write_volatile((va as *mut u8).add(head.len()), *last);
+            }
+        }
+        Ok(())
+    }
+
+    fn atomic(&mut self, rkey: u32, va: u64, op: t::AtomicOp) -> Result<u64, t::MemError> {
+        if va % 8 != 0 {
+            return Err(t::MemError::Access);
+        }
+        let _r = self.remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        // SAFETY: 8 aligned bytes inside a live region with atomic access (checked above).
+        let cell = unsafe { AtomicU64::from_ptr(va as *mut u64) };
+        Ok(match op {
+            t::AtomicOp::CmpSwap { compare, swap } => {
+                match cell.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+            t::AtomicOp::FetchAdd { add } => cell.fetch_add(add, Ordering::SeqCst),
+        })
+    }
+
+    fn invalidate(&mut self, _rkey: u32) -> Result<(), t::MemError> {
+        Err(t::MemError::Access) // memory windows are not supported: nothing to invalidate
+    }
+}
+
+struct Rq<'a> {
+    rq: &'a mut VecDeque<RecvWqe>,
+    srq: Option<&'a dyn SharedRecvQueue>,
+    book: &'a RefCell<Book>,
+}
+
+impl t::RecvQueue for Rq<'_> {
+    fn pop(&mut self) -> Option<t::Recv> {
+        let w = match self.srq {
+            Some(s) => s.pop()?,
+            None => self.rq.pop_front()?,
+        };
+        let len = u32::try_from(w.sges.total()).unwrap_or(u32::MAX);
+        let mut book = self.book.borrow_mut();
+        let h = book.add(List::Recv(w.sges));
+        book.recvs.push_back((w.wr_id, h));
+        Some(t::Recv { wr_id: w.wr_id, sgl: t::Sgl(h), len })
+    }
+}
+
+struct Out<'a> {
+    io: &'a mut Io,
+    book: &'a RefCell<Book>,
+    ctx: &'a Ctx<'a>,
+    moved: bool,
+    events: Vec<t::QpEvent>,
+}
+
+impl t::Sink for Out<'_> {
+    fn packet(&mut self, pkt: &Packet<'_>) {
+        self.moved = true;
+        let Ok(n) = roce::encode(pkt, &self.io.flow, &mut self.io.buf) else { return };
+        // A lost packet is the transport's to recover (retransmission), like one the wire drops.
+        let _ = endpoint::send_from(
+            self.io.sock.as_raw_fd(),
+            &self.io.buf[..n],
+            self.io.src,
+            self.io.dst,
+        );
+    }
+
+    fn completion(&mut self, c: t::Completion) {
+        self.moved = true;
+        let mut book = self.book.borrow_mut();
+        let mut wc = Completion {
+            wr_id: c.wr_id,
+            status: status_of(c.status),
+            opcode: opcode_of(c.opcode),
+            byte_len: c.byte_len,
+            qp_num: self.ctx.qpn,
+            solicited: c.solicited,
+            ..Completion::default()
+        };
+        if c.is_recv {
+            if let Some((_, h)) = book.recvs.pop_front() {
+                book.lists.remove(&h);
+            }
+            if let Some(imm) = c.imm {
+                wc.imm = imm;
+                wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
+            }
+            drop(book);
+            self.ctx.recv_cq.push(wc);
+        } else {
+            let Some((p, h)) = book.sends.pop_front() else { return };
+            book.lists.remove(&h);
+            drop(book);
+            wc.sq_seq = p.seq;
+            wc.wr_id = p.wr_id;
+            if p.signaled || c.status != t::Status::Success {
+                self.ctx.send_cq.push(wc);
+            }
+        }
+    }
+
+    fn event(&mut self, e: t::QpEvent) {
+        self.events.push(e);
+    }
+}

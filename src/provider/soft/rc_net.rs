@@ -1,0 +1,161 @@
+//! An RC QP whose peer is behind the network (another namespace or host): the choice of the
+//! link at RTR and the calls into its network path ([`super::net::rc::NetRc`]) from the QP's
+//! operations, under the QP's lock.
+
+use super::net::rc::{Ctx, NetRc, Outcome};
+use super::net::{self, route};
+use super::qp::{Inner, SoftQp};
+use crate::provider::soft::roce::Packet;
+use crate::provider::soft::transport::RcConfig;
+use crate::provider::{QpAttrs, QpEvent, QpState, SendWqe};
+use crate::runtime::engine::engine;
+use std::net::SocketAddr;
+
+use crate::sys::ibv_wc_status::*;
+
+/// Unacknowledged packets in flight at most, and how often the responder ACKs unasked.
+const WINDOW: u32 = 128;
+const ACK_EVERY: u32 = 16;
+/// The engine's send queue: the device's `max_qp_wr` (verbs admits no more).
+const SQ_DEPTH: u32 = 16384;
+
+impl SoftQp {
+    fn net_ctx(&self, access: u32) -> Ctx<'_> {
+        Ctx {
+            qpn: self.qpn,
+            keys: &*self.keys,
+            srq: self.srq.as_deref(),
+            send_cq: &*self.send_cq,
+            recv_cq: &*self.recv_cq,
+            sig_all: self.sq_sig_all,
+            access,
+        }
+    }
+
+    fn rc_config(&self, a: &QpAttrs, mtu: u32) -> RcConfig {
+        RcConfig {
+            qpn: self.qpn,
+            dest_qpn: a.dest_qp_num,
+            sq_psn: a.sq_psn,
+            rq_psn: a.rq_psn,
+            mtu,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt.min(7),
+            rnr_retry: a.rnr_retry.min(7),
+            min_rnr_timer: a.min_rnr_timer & 31,
+            max_rd_atomic: a.max_rd_atomic.max(1),
+            max_dest_rd_atomic: a.max_dest_rd_atomic.max(1),
+            sq_depth: SQ_DEPTH,
+            window: WINDOW,
+            ack_every: ACK_EVERY,
+        }
+    }
+
+    /// At INIT → RTR: if the destination GID is not an address of our network namespace, the
+    /// QP talks RoCEv2 over UDP (returns `true`); otherwise the shared-memory link is used.
+    pub(super) fn connect_net(&self, st: &mut Inner) -> bool {
+        let a = st.attr;
+        if !a.has_grh || a.dgid == [0; 16] || a.sgid == [0; 16] {
+            return false;
+        }
+        let dst = route::ip_of_gid(&a.dgid);
+        if route::is_local(dst) {
+            return false;
+        }
+        let src = route::ip_of_gid(&a.sgid);
+        let route_mtu = route::path_mtu(dst).unwrap_or(1024);
+        let mtu = if a.path_mtu == 0 { route_mtu } else { a.path_mtu.min(route_mtu) };
+        let cfg = self.rc_config(&a, mtu);
+        match NetRc::new(cfg, self.udp.clone(), src, dst) {
+            Some(n) => {
+                st.net = Some(Box::new(n));
+                true
+            }
+            None => false, // GIDs of two families: no path (sends will time out)
+        }
+    }
+
+    /// At RTR → RTS: the requester starts with the attributes given now (sq_psn, timers).
+    pub(super) fn net_rts(&self, st: &mut Inner) {
+        let a = st.attr;
+        if let Some(n) = st.net.as_mut() {
+            let mtu = n.config().mtu;
+            n.start_requester(self.rc_config(&a, mtu));
+        }
+    }
+
+    /// Posts a send request on the network path (the QP is not in ERR).
+    pub(super) fn post_send_net(&self, st: &mut Inner, w: SendWqe) {
+        if let crate::provider::Payload::Sges(sgl) = &w.payload {
+            if self.check_local(sgl, w.local_access()).is_err() {
+                let (wr_id, op, seq) = (w.wr_id, w.wc_opcode(), w.seq);
+                self.error_completion(st, wr_id, seq, IBV_WC_LOC_PROT_ERR, op);
+                return;
+            }
+        }
+        let (wr_id, op, seq) = (w.wr_id, w.wc_opcode(), w.seq);
+        let ctx = self.net_ctx(st.attr.qp_access_flags);
+        let Some(n) = st.net.as_mut() else { return };
+        match n.post(&ctx, &mut st.rq, w) {
+            Ok(o) => {
+                self.net_after(st, o);
+            }
+            Err(status) => self.error_completion(st, wr_id, seq, status, op),
+        }
+    }
+
+    /// Timers and transmission of the network path; whether anything moved.
+    pub(super) fn progress_net(&self, st: &mut Inner) -> bool {
+        if !matches!(st.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return false;
+        }
+        let ctx = self.net_ctx(st.attr.qp_access_flags);
+        let Some(n) = st.net.as_mut() else { return false };
+        let o = n.poll(&ctx, &mut st.rq);
+        self.net_after(st, o)
+    }
+
+    /// A packet for this QP (its ICRC checked) from `from`.
+    pub(super) fn on_net_packet(&self, pkt: &Packet<'_>, from: &SocketAddr) -> bool {
+        let mut g = self.lock_state();
+        let st = &mut *g;
+        if !matches!(st.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return false;
+        }
+        let ctx = self.net_ctx(st.attr.qp_access_flags);
+        let Some(n) = st.net.as_mut() else { return false };
+        if !n.is_peer(from) {
+            return false; // an RC QP hears only its peer
+        }
+        let o = n.on_packet(&ctx, &mut st.rq, pkt);
+        self.net_after(st, o);
+        true
+    }
+
+    /// The move to ERR or RESET: the network path's requests and taken receives flush.
+    pub(super) fn net_flush(&self, st: &mut Inner) {
+        let ctx = self.net_ctx(st.attr.qp_access_flags);
+        if let Some(mut n) = st.net.take() {
+            n.flush(&ctx, &mut st.rq);
+        }
+    }
+
+    /// After a call into the engine: its error moves the QP to ERR with its async events, and
+    /// its next timer is armed.
+    fn net_after(&self, st: &mut Inner, o: Outcome) -> bool {
+        if o.error && st.state != QpState::Err {
+            self.to_error(st);
+            if o.events.is_empty() {
+                self.events.qp_event(QpEvent::Fatal);
+            }
+            for e in o.events {
+                self.events.qp_event(e);
+            }
+            return true;
+        }
+        if let (Some(d), Ok(e)) = (o.deadline, engine()) {
+            e.wake_at(net::instant_of(d));
+        }
+        o.moved
+    }
+}
