@@ -8,6 +8,7 @@ use crate::errno::{Errno, Result};
 use crate::provider::UdDest;
 pub use crate::provider::GRH_LEN;
 use crate::sys::*;
+use std::net::IpAddr;
 
 /// The destination of a UD send through `ah`: the GIDs of its address vector (the source GID
 /// by index in the GID table, the first one if out of range).
@@ -35,13 +36,20 @@ pub fn ah_attr_from_wc(
     out.port_num = port;
     if wc.wc_flags & ibv_wc_flags::IBV_WC_GRH.0 != 0 {
         let g = grh.ok_or(Errno::EINVAL)?;
-        if g[0] >> 4 != 6 {
-            return Err(Errno::EINVAL);
-        }
         let mut sgid = [0u8; 16];
         let mut dgid = [0u8; 16];
-        sgid.copy_from_slice(&g[8..24]);
-        dgid.copy_from_slice(&g[24..40]);
+        if g[20] >> 4 == 4 && g[..20].iter().all(|b| *b == 0) {
+            // RoCEv2 over IPv4 (as rxe fills it): 20 zero bytes, then the IPv4 header.
+            let v4 =
+                |at: usize| device::gid_of(IpAddr::from([g[at], g[at + 1], g[at + 2], g[at + 3]]));
+            sgid = v4(32);
+            dgid = v4(36);
+        } else if g[0] >> 4 == 6 {
+            sgid.copy_from_slice(&g[8..24]);
+            dgid.copy_from_slice(&g[24..40]);
+        } else {
+            return Err(Errno::EINVAL);
+        }
         out.is_global = 1;
         out.grh.dgid.raw = sgid;
         out.grh.sgid_index = device::gids().position(&dgid).unwrap_or(0) as u8;

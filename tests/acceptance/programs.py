@@ -5,8 +5,12 @@ first), how to tell that the server is ready, what both must print, and whether 
 by itself or is killed once the client is done. `run.py <scenario> <mode>` runs one;
 docs/ACCEPTANCE.md has the table and the status; xfail.txt lists the ones that do not work yet.
 
-Commands are argument lists; `{port}` is replaced by a port and `{host}` by 127.0.0.1 (only
-loopback addresses are used). run.py picks a random free port for every run, so two suites on
+Commands are argument lists; `{port}` is replaced by a port, `{host}` by the server's address
+(the program names the server), `{local}` by the program's own address and `{gid}` by the GID
+index of the program's own IPv4 address: on loopback 127.0.0.1 and GID 0 for both; across network
+namespaces (`run.py --netns`) the namespaces' addresses and the index of the veth address.
+`netns_args` are added (before a trailing `{host}`) only across namespaces, where the GID must be
+named (perftest's `-x`). run.py picks a random free port for every run, so two suites on
 one host (two checkouts, two engineers) never meet; with --fixed-ports it uses the table's
 (`port` for preload, `port + 1` for dropin, distinct for every scenario), which is also what
 docs/ACCEPTANCE.md shows for running a scenario by hand. udaddy (fixed port 7174) and mckey (no
@@ -59,10 +63,15 @@ class Scenario:
     # Checks of the programs' results beyond the regexes: f(server output, client output) ->
     # list of problems (e.g. perftest's figures: iteration counts and non-zero results).
     check: Optional[Callable[[str, str], List[str]]] = None
+    # Options both programs get across namespaces only (before a trailing "{host}").
+    netns_args: List[str] = field(default_factory=list)
 
-    def argv(self, which, port):
-        cmd = self.server if which == "server" else self.client
-        return [a.format(port=port, host=HOST) for a in cmd]
+    def argv(self, which, port, host=HOST, local=HOST, gid=0, netns=False):
+        cmd = list(self.server if which == "server" else self.client)
+        if netns and self.netns_args:
+            at = len(cmd) - 1 if cmd[-1] == "{host}" else len(cmd)
+            cmd[at:at] = self.netns_args
+        return [a.format(port=port, host=host, local=local, gid=gid) for a in cmd]
 
     def port_for(self, mode):
         return self.port + (1 if mode == "dropin" else 0) if self.port else 0
@@ -116,7 +125,7 @@ add(Scenario(
     name="mckey", issue=4,
     title="mckey: join 239.1.1.1, the sender's 10 datagrams reach the receiver",
     server=["mckey", "-m", "239.1.1.1", "-b", "{host}"],             # receiver
-    client=["mckey", "-m", "239.1.1.1", "-s", "-b", "{host}"],       # sender
+    client=["mckey", "-m", "239.1.1.1", "-s", "-b", "{local}"],      # sender
     host_lock="mckey-239.1.1.1",
     ready_wait=1.0,   # the receiver must have joined before the sender sends
     expect=[("both", r"^mckey: joined dgid: ")] + UD_DONE,
@@ -124,8 +133,8 @@ add(Scenario(
 add(Scenario(
     name="ud-pingpong", issue=4,
     title="ibv_ud_pingpong -g 0: raw UD verbs, GRH, qkey 0x11111111",
-    server=["ibv_ud_pingpong", "-g", "0", "-p", "{port}", "-n", "100"],
-    client=["ibv_ud_pingpong", "-g", "0", "-p", "{port}", "-n", "100", "{host}"],
+    server=["ibv_ud_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"],
+    client=["ibv_ud_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100", "{host}"],
     port=7502, ready="tcp",
     expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: "),
             ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
@@ -199,8 +208,8 @@ for suffix, extra, title, port in [
         ("-t", ["-t"], "ibv_rc_pingpong -t: ibv_create_cq_ex with timestamps, ibv_start_poll", 7522)]:
     add(Scenario(
         name="rc-pingpong" + suffix, issue=5, title=title,
-        server=["ibv_rc_pingpong", "-g", "0", "-p", "{port}", "-n", "100"] + extra,
-        client=["ibv_rc_pingpong", "-g", "0", "-p", "{port}", "-n", "100"] + extra + ["{host}"],
+        server=["ibv_rc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra,
+        client=["ibv_rc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra + ["{host}"],
         port=port, ready="tcp",
         expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: "),
                 ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
@@ -295,8 +304,28 @@ for prog in ("send_lat", "send_bw", "write_lat", "write_bw", "read_lat", "read_b
             expect=[("client", r"^\s*#bytes\s+#iterations"), ("client", PERFTEST_ROW)],
             forbid=[("both", r"Couldn't|Unable to|Failed to|failed|Segmentation")],
             check=perftest_check(iters, server_prints, server_peak=prog != "send_bw"),
+            # Across namespaces the GID (the veth address) must be named: without -x perftest
+            # uses no GRH, as on InfiniBand.
+            netns_args=[] if rdma_cm else ["-x", "{gid}"],
         ))
         port += 2
+
+# perftest -a (every size from 2 bytes to 8 MiB): the bandwidth tests move large messages,
+# segmented into path-MTU packets and reassembled.
+for prog in ("send_bw", "write_bw", "read_bw"):
+    iters = 20
+    add(Scenario(
+        name=f"ib-{prog.replace('_', '-')}-a", issue=8,
+        title=f"perftest ib_{prog} -a: every message size up to 8 MiB",
+        server=[f"ib_{prog}", "-p", "{port}", "-n", str(iters), "-a"],
+        client=[f"ib_{prog}", "-p", "{port}", "-n", str(iters), "-a", "{host}"],
+        port=port, ready="tcp", timeout=120.0,
+        expect=[("client", r"^\s*#bytes\s+#iterations"), ("client", r"^\s*8388608\s+20\s")],
+        forbid=[("both", r"Couldn't|Unable to|Failed to|failed|Segmentation")],
+        check=perftest_check(iters, True, server_peak=prog != "send_bw"),
+        netns_args=["-x", "{gid}"],
+    ))
+    port += 2
 
 
 def by_name(name):

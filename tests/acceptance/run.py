@@ -4,6 +4,7 @@
   run.py <scenario> <mode> [--build-dir build]     # one run, as `meson test acc-<scenario>-<mode>`
   run.py --list                                    # scenarios, ports, commands, xfail status
   run.py all preload --repeat 3 --no-xfail         # every scenario, 3 times, real verdicts
+  run.py <scenario> <mode> --netns                 # server and client in two network namespaces
 
 Modes:
   preload  LD_PRELOAD=<build>/librdmashim.so; the system libraries are still loaded (the
@@ -17,6 +18,13 @@ The server starts first; the client starts once the server is ready (a TCP liste
 side-channel programs, else a short wait) and is started again while its output says the server
 is not listening yet. Every program runs in its own process group under a timeout; a server that
 never exits by itself is killed once the client is done. RDMASHIM_PROVIDER=soft.
+
+--netns (root; tests/netns/fixture.py): the server runs in namespace a, the client in namespace
+b, joined by a veth pair; `{host}` is a's address, `{local}` the program's own, `{gid}` the GID
+index of the program's own IPv4 address. The mode's variables go after the `ip netns exec`
+prefix through `env`, so `ip` itself neither preloads the library nor writes LD_DEBUG files.
+Readiness reads /proc/<server pid>/net/tcp* (the server's namespace). The xfail modes are
+`preload-netns` and `dropin-netns`.
 
 Expected failures: tests/acceptance/xfail.txt lists `<scenario> <mode> <issue>`. A listed
 scenario that fails prints `XFAIL ... (issue N)` and exits 0; one that passes prints `XPASS` and
@@ -50,6 +58,8 @@ _spec.loader.exec_module(run_pair)
 
 SKIP = 77
 MODES = ("preload", "dropin")
+# xfail.txt's mode column: a mode, or a mode run across network namespaces.
+XFAIL_MODES = MODES + tuple(m + "-netns" for m in MODES)
 XFAIL_FILE = os.path.join(HERE, "xfail.txt")
 # What the drop-in folder replaces: these sonames must come from <build>/dropin, never from
 # the system (a system vendor library would drag in rdma-core's provider interface).
@@ -74,7 +84,7 @@ def read_xfail(path=XFAIL_FILE):
             if not line:
                 continue
             parts = line.split()
-            if len(parts) != 3 or parts[1] not in MODES or not parts[2].isdigit():
+            if len(parts) != 3 or parts[1] not in XFAIL_MODES or not parts[2].isdigit():
                 raise SystemExit(f"{path}:{n}: expected '<scenario> <mode> <issue>', got {line!r}")
             if programs.by_name(parts[0]) is None:
                 raise SystemExit(f"{path}:{n}: unknown scenario {parts[0]!r}")
@@ -97,9 +107,11 @@ def which(prog):
     return prog if os.path.isabs(prog) else shutil.which(prog)
 
 
-def tcp_listening(port):
-    """True if some socket listens on TCP `port` (any address), from /proc/net/tcp{,6}."""
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+def tcp_listening(port, pid=None):
+    """True if some socket listens on TCP `port` (any address), from /proc/net/tcp{,6}, or from
+    /proc/<pid>/net/tcp{,6} (the network namespace of process `pid`)."""
+    base = f"/proc/{pid}/net" if pid else "/proc/net"
+    for name in (f"{base}/tcp", f"{base}/tcp6"):
         try:
             with open(name) as f:
                 next(f)
@@ -337,9 +349,50 @@ def runtime_load_check(loaded, mode, build_dir):
     return problems, lines
 
 
-def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
+def gid_index(ns, ip):
+    """The index of `ip` in rdmashim's GID table inside namespace `ns`: the table lists the
+    IPv4 addresses first, loopback first, then in the kernel's order (src/runtime/ifaddrs.rs)."""
+    out = subprocess.run(["ip", "-n", ns, "-o", "-4", "addr", "show"], capture_output=True,
+                         text=True, check=True).stdout
+    addrs = [m.group(1) for m in re.finditer(r"\binet (\d+\.\d+\.\d+\.\d+)/", out)]
+    addrs.sort(key=lambda a: not a.startswith("127."))
+    return addrs.index(ip)
+
+
+class Placement:
+    """Where the two programs run: both here on loopback, or in two network namespaces."""
+
+    def __init__(self, fx=None):
+        self.fx = fx
+        if fx is None:
+            self.prefix = {"server": [], "client": []}
+            self.ip = {"server": programs.HOST, "client": programs.HOST}
+            self.gid = {"server": 0, "client": 0}
+            return
+        sys.path.insert(0, os.path.join(HERE, "..", "netns"))
+        import fixture
+        sp, cp, sip, cip = fixture.pair_env(fx)
+        self.prefix = {"server": sp, "client": cp}
+        self.ip = {"server": sip, "client": cip}
+        self.gid = {"server": gid_index(fx.hosts[0].ns, sip),
+                    "client": gid_index(fx.hosts[1].ns, cip)}
+
+    def argv(self, sc, which, port):
+        return sc.argv(which, port, host=self.ip["server"], local=self.ip[which],
+                       gid=self.gid[which], netns=self.fx is not None)
+
+    def popen_argv(self, which, argv, variables):
+        """The command line that runs `argv` in its place with the program-only `variables`."""
+        if self.fx is None:
+            return argv
+        return self.prefix[which] + ["env"] + [f"{k}={v}" for k, v in variables.items()] + argv
+
+
+def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place=None):
     """Runs the scenario once. Returns (status, problems, last client output); status is
     'pass', 'fail' or 'skip'."""
+    place = place or Placement()
+    netns = place.fx is not None
     if sc.rerun_on and sanitizer_env.runtime_preload(build_dir):
         # The known race of the program (programs.py) needs the server slower than the client;
         # under AddressSanitizer the server's set-up is slow enough that the client wins nearly
@@ -347,9 +400,10 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
         log(f"SKIP: {sc.name} hits the program's own race (rerun_on) nearly every time under "
             "a sanitizer; it runs in the ordinary tree")
         return "skip", [], ""
-    port = pick_port(sc, mode, fixed_ports)
-    server_argv = sc.argv("server", port)
-    client_argv = sc.argv("client", port)
+    # Fresh namespaces have every port free: the table's ports are used there.
+    port = pick_port(sc, mode, fixed_ports or netns)
+    server_argv = place.argv(sc, "server", port)
+    client_argv = place.argv(sc, "client", port)
     binaries = []
     for argv in (server_argv, client_argv):
         path = which(argv[0])
@@ -364,7 +418,7 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
     env, changes, problems = mode_env(mode, build_dir)
     if problems:
         return "fail", problems, ""
-    log(f"scenario {sc.name} ({sc.title}), mode {mode}")
+    log(f"scenario {sc.name} ({sc.title}), mode {mode}" + (" across namespaces" if netns else ""))
     print(f"server: {shell_line(changes, [os.path.basename(server_argv[0])] + server_argv[1:])}")
     print(f"client: {shell_line(changes, [os.path.basename(client_argv[0])] + client_argv[1:])}")
     sys.stdout.flush()
@@ -378,11 +432,20 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
     tmp = tempfile.mkdtemp(prefix=f"rdmashim-acc-{sc.name}-{mode}-")
     server_out = os.path.join(tmp, "server.out")
     t0 = time.monotonic()
+    def launch(which, argv, lddebug, out):
+        """Starts one program: here with the mode's environment, or in its namespace with the
+        mode's variables after the prefix (the Popen environment stays without them)."""
+        variables = dict(changes, LD_DEBUG="libs", LD_DEBUG_OUTPUT=lddebug)
+        penv = dict(env, LD_DEBUG="libs", LD_DEBUG_OUTPUT=lddebug)
+        if netns:
+            penv = {k: v for k, v in env.items() if k not in variables}
+        return subprocess.Popen(place.popen_argv(which, argv, variables), env=penv, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
     with open(server_out, "wb") as so:
-        server = subprocess.Popen(server_argv, env=dict(env, LD_DEBUG="libs",
-                                  LD_DEBUG_OUTPUT=os.path.join(tmp, "server.lddebug")),
-                                  stdout=so, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
+        server = launch("server", server_argv, os.path.join(tmp, "server.lddebug"), so)
+    listen_pid = server.pid if netns else None
     server_maps = None
     attempts = []          # (attempt, exit, output, seconds)
     hung_notes = []        # backtraces of programs that ran into their timeout
@@ -392,9 +455,10 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
         # --- readiness ---------------------------------------------------------------------
         if sc.ready == "tcp":
             deadline = time.monotonic() + min(10.0, timeout)
-            while time.monotonic() < deadline and server.poll() is None and not tcp_listening(port):
+            while time.monotonic() < deadline and server.poll() is None \
+                    and not tcp_listening(port, listen_pid):
                 time.sleep(0.02)
-            if server.poll() is None and not tcp_listening(port):
+            if server.poll() is None and not tcp_listening(port, listen_pid):
                 log(f"note: the server does not listen on TCP port {port} after 10 s; starting the client anyway")
         else:
             deadline = time.monotonic() + sc.ready_wait
@@ -410,10 +474,8 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
             cl_out = os.path.join(tmp, f"client{attempt}.out")
             c0 = time.monotonic()
             with open(cl_out, "wb") as co:
-                client = subprocess.Popen(client_argv, env=dict(env, LD_DEBUG="libs",
-                                          LD_DEBUG_OUTPUT=os.path.join(tmp, f"client{attempt}.lddebug")),
-                                          stdout=co, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+                client = launch("client", client_argv,
+                                os.path.join(tmp, f"client{attempt}.lddebug"), co)
                 try:
                     rc = client.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
@@ -504,10 +566,24 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
     return ("fail" if problems else "pass"), problems, (attempts[-1][2] if attempts else "")
 
 
+def run_netns(sc, mode, build_dir, cap):
+    """Runs the scenario once with its programs in fresh network namespaces (skip without
+    root or iproute2)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "netns"))
+    import fixture
+    try:
+        fixture.require()
+    except fixture.Skip as e:
+        log(f"SKIP: {e}")
+        return "skip", [], ""
+    with fixture.Fixture(hosts=2) as fx:
+        return run_scenario(sc, mode, build_dir, cap, place=Placement(fx))
+
+
 def list_scenarios(xfail):
     for sc in programs.SCENARIOS:
         status = []
-        for mode in MODES:
+        for mode in XFAIL_MODES:
             issue = xfail.get((sc.name, mode))
             status.append(f"{mode}:{'xfail(issue %d)' % issue if issue else 'pass'}")
         print(f"{sc.name:22} issue {sc.issue}  ports {sc.port_for('preload') or '-'}/{sc.port_for('dropin') or '-'}  "
@@ -528,6 +604,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="run each scenario this many times")
     ap.add_argument("--no-xfail", action="store_true", help="ignore xfail.txt: report real verdicts")
     ap.add_argument("--xfail-file", default=XFAIL_FILE, help="the expected-failure list (default: %(default)s)")
+    ap.add_argument("--netns", action="store_true",
+                    help="run the server and the client in two network namespaces (root)")
     ap.add_argument("--timeout-cap", type=float, default=None,
                     help="cap every program's timeout (seconds); xfail scenarios use 15 s")
     args = ap.parse_args()
@@ -555,16 +633,20 @@ def main():
     reruns = []     # scenarios rerun after a known race
     for sc in scenarios:
         for mode in modes:
-            issue = None if args.no_xfail else xfail.get((sc.name, mode))
+            xmode = mode + ("-netns" if args.netns else "")
+            issue = None if args.no_xfail else xfail.get((sc.name, xmode))
             cap = args.timeout_cap
             if issue is not None:
                 # An expected failure often hangs; do not spend the full timeout on it.
                 cap = min(cap or 15.0, 15.0)
             for n in range(1, args.repeat + 1):
                 for rerun in range(sc.reruns + 1):
-                    with HostLock(sc.host_lock):
-                        status, problems, client_out = run_scenario(sc, mode, build_dir, cap,
-                                                                    args.fixed_ports)
+                    if args.netns:
+                        status, problems, client_out = run_netns(sc, mode, build_dir, cap)
+                    else:
+                        with HostLock(sc.host_lock):
+                            status, problems, client_out = run_scenario(sc, mode, build_dir, cap,
+                                                                        args.fixed_ports)
                     if status != "fail" or not sc.rerun_on or rerun == sc.reruns \
                             or not re.search(sc.rerun_on, client_out, re.M):
                         break
@@ -575,7 +657,7 @@ def main():
                     reruns.append(f"{sc.name} {mode}")
                 for p in problems:
                     log(f"FAIL: {p}")
-                tag = f"{sc.name} {mode}" + (f" (run {n})" if args.repeat > 1 else "")
+                tag = f"{sc.name} {xmode}" + (f" (run {n})" if args.repeat > 1 else "")
                 if status == "skip":
                     verdict = "SKIP"
                 elif issue is not None:
@@ -588,7 +670,7 @@ def main():
                 else:
                     verdict = "PASS" if status == "pass" else "FAIL"
                     log(f"{verdict} {tag}")
-                results.append((sc.name, mode, n, verdict))
+                results.append((sc.name, xmode, n, verdict))
     if len(results) > 1:
         print("\n=== summary ===")
         for name, mode, n, verdict in results:

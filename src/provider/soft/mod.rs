@@ -35,6 +35,7 @@ pub mod roce;
 pub mod segcheck;
 pub mod transport;
 mod ud;
+mod ud_net;
 
 use crate::errno::Result;
 use crate::provider::{Provider, QpInit, TransportQp};

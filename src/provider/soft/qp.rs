@@ -17,7 +17,7 @@ use crate::runtime::fork;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -47,6 +47,8 @@ pub struct Inner {
     mcast: Vec<([u8; 16], OwnedFd)>,
     /// RC with a peer behind the network: RoCEv2 over UDP instead of the link.
     pub(super) net: Option<Box<NetRc>>,
+    /// UD: destination GIDs known to be behind the network (`true`) or ours.
+    pub(super) ud_remote: Vec<([u8; 16], bool)>,
 }
 
 pub struct SoftQp {
@@ -121,6 +123,7 @@ impl SoftQp {
                 retry_deadline: None,
                 mcast: Vec::new(),
                 net: None,
+                ud_remote: Vec::new(),
             }),
             me: me.clone(),
         });
@@ -449,11 +452,12 @@ impl Pollable for SoftQp {
 
 /// A RoCEv2 packet (ICRC checked) for `qpn` from `from`: `false` if no QP of this process
 /// generation took it.
-pub fn deliver_packet(qpn: u32, pkt: &Packet<'_>, from: &SocketAddr) -> bool {
+pub fn deliver_packet(qpn: u32, pkt: &Packet<'_>, from: &SocketAddr, to: IpAddr) -> bool {
     let f = fork::shared();
     let qp = BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&qpn).and_then(|w| w.upgrade());
     drop(f);
     match qp.filter(|q| q.generation == fork::generation()) {
+        Some(q) if q.ud => q.on_net_ud(pkt, from, to),
         Some(q) => q.on_net_packet(pkt, from),
         None => false,
     }

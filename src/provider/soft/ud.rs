@@ -81,7 +81,9 @@ impl SoftQp {
             h.flags |= UD_SOLICITED;
         }
         let sock = self.socket().as_raw_fd();
-        if ud.remote_qpn == MCAST_QPN {
+        if ud.remote_qpn != MCAST_QPN && self.is_remote(st, &dgid) {
+            self.send_ud_net(&h, sgid, dgid, &buf[..n]);
+        } else if ud.remote_qpn == MCAST_QPN {
             for member in datagram::members(&dgid) {
                 if member == self.qpn && self.block_self_mcast() {
                     continue;
@@ -121,43 +123,64 @@ impl SoftQp {
                 continue;
             }
             let payload = &buf[HDR_LEN..HDR_LEN + h.len as usize];
-            let mut st = self.lock_state();
-            if !matches!(st.state, QpState::Rtr | QpState::Rts) || h.qkey != st.attr.qkey {
-                continue; // not ready, or a qkey mismatch: silently dropped
-            }
-            let Some(wqe) = self.next_recv(&mut st) else { continue }; // no receive: dropped
-            let total = (GRH_LEN + payload.len()) as u64;
-            let status = if total > wqe.sges.total() {
-                IBV_WC_LOC_LEN_ERR
-            } else if self.check_local(&wqe.sges, ACCESS_LOCAL_WRITE).is_err() {
-                IBV_WC_LOC_PROT_ERR
-            } else {
-                let g = grh(&h);
-                // SAFETY: the receive's regions were checked for local write and hold `total`
-                // bytes; both sources are valid for their lengths.
-                unsafe {
-                    copy_in(&wqe.sges, 0, g.as_ptr(), GRH_LEN);
-                    copy_in(&wqe.sges, GRH_LEN as u64, payload.as_ptr(), payload.len());
-                }
-                IBV_WC_SUCCESS
-            };
-            let mut wc = Completion {
-                wr_id: wqe.wr_id,
-                status,
-                opcode: IBV_WC_RECV,
-                byte_len: total as u32,
-                qp_num: self.qpn,
-                src_qp: h.src_qpn,
-                wc_flags: ibv_wc_flags::IBV_WC_GRH.0,
+            let imm = (h.flags & UD_IMM != 0).then_some(h.imm);
+            let d = UdIn {
+                qkey: h.qkey,
+                src_qpn: h.src_qpn,
+                imm,
                 solicited: h.flags & UD_SOLICITED != 0,
-                ..Completion::default()
             };
-            if h.flags & UD_IMM != 0 {
-                wc.imm = h.imm;
-                wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
-            }
-            drop(st);
-            self.recv_cq.push(wc);
+            self.deliver_ud(&d, &grh(&h), payload);
         }
     }
+
+    /// Delivers one datagram into the next posted receive (GRH area first), or drops it as
+    /// InfiniBand does (not ready, qkey mismatch, no receive posted). Whether it was taken.
+    pub(super) fn deliver_ud(&self, d: &UdIn, grh: &[u8; GRH_LEN], payload: &[u8]) -> bool {
+        let mut st = self.lock_state();
+        if !matches!(st.state, QpState::Rtr | QpState::Rts) || d.qkey != st.attr.qkey {
+            return false; // not ready, or a qkey mismatch: silently dropped
+        }
+        let Some(wqe) = self.next_recv(&mut st) else { return false }; // no receive: dropped
+        let total = (GRH_LEN + payload.len()) as u64;
+        let status = if total > wqe.sges.total() {
+            IBV_WC_LOC_LEN_ERR
+        } else if self.check_local(&wqe.sges, ACCESS_LOCAL_WRITE).is_err() {
+            IBV_WC_LOC_PROT_ERR
+        } else {
+            // SAFETY: the receive's regions were checked for local write and hold `total`
+            // bytes; both sources are valid for their lengths.
+            unsafe {
+                copy_in(&wqe.sges, 0, grh.as_ptr(), GRH_LEN);
+                copy_in(&wqe.sges, GRH_LEN as u64, payload.as_ptr(), payload.len());
+            }
+            IBV_WC_SUCCESS
+        };
+        let mut wc = Completion {
+            wr_id: wqe.wr_id,
+            status,
+            opcode: IBV_WC_RECV,
+            byte_len: total as u32,
+            qp_num: self.qpn,
+            src_qp: d.src_qpn,
+            wc_flags: ibv_wc_flags::IBV_WC_GRH.0,
+            solicited: d.solicited,
+            ..Completion::default()
+        };
+        if let Some(imm) = d.imm {
+            wc.imm = imm;
+            wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
+        }
+        drop(st);
+        self.recv_cq.push(wc);
+        true
+    }
+}
+
+/// What a received datagram says besides its payload.
+pub(super) struct UdIn {
+    pub qkey: u32,
+    pub src_qpn: u32,
+    pub imm: Option<u32>,
+    pub solicited: bool,
 }

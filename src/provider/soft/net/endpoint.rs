@@ -43,6 +43,9 @@ impl Slots {
     }
 }
 
+/// Socket buffer size asked for (each direction).
+const SOCKET_BUF: i32 = 8 << 20;
+
 struct Socket {
     fd: Arc<OwnedFd>,
     port: u16,
@@ -102,9 +105,15 @@ fn bind_socket() -> Result<(OwnedFd, u16)> {
     setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
     setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
     setopt(raw, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
-    // Room for bursts of MTU-sized packets (a window of 128).
-    let _ = setopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
-    let _ = setopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    // Room for bursts of MTU-sized packets (a window, a READ's responses): beyond the
+    // system's rmem_max/wmem_max where we may (root), else as much as it allows.
+    for (force, plain) in
+        [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)]
+    {
+        if setopt(raw, libc::SOL_SOCKET, force, SOCKET_BUF).is_err() {
+            let _ = setopt(raw, libc::SOL_SOCKET, plain, SOCKET_BUF);
+        }
+    }
     let (sa, len) = sockaddr(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)));
     // SAFETY: sa is a valid sockaddr_in6 of length len.
     check(unsafe { libc::bind(raw, (&sa as *const libc::sockaddr_in6).cast(), len) })?;
@@ -192,9 +201,24 @@ pub fn send_from(fd: RawFd, buf: &[u8], src: IpAddr, dst: SocketAddr) -> Result<
         (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::in6_pktinfo>() as u32) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), info);
     }
-    // SAFETY: msg describes valid buffers for the duration of the call.
-    check(unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) } as libc::c_int).map(|_| ())
+    for _ in 0..2 {
+        // SAFETY: msg describes valid buffers for the duration of the call.
+        match check(unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) } as libc::c_int) {
+            Err(e) if e == Errno::EAGAIN => {
+                // Our own send buffer is full (a burst): wait for it to drain a little rather
+                // than drop the packet and pay a retransmission timeout.
+                let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut p, 1, SEND_WAIT_MS) };
+            }
+            r => return r.map(|_| ()),
+        }
+    }
+    Err(Errno::EAGAIN)
 }
+
+/// How long a send waits for room in a full socket buffer before the packet is dropped.
+const SEND_WAIT_MS: i32 = 20;
 
 /// One received datagram: its length, the sender, and the address it was sent to.
 pub struct Received {

@@ -60,7 +60,7 @@ fn drain(fd: &OwnedFd) {
         let qpn = pkt.bth.dest_qp();
         // A QPN names its socket: a packet for a QPN of another port is not ours.
         if endpoint::port_of(qpn) != port
-            || !crate::provider::soft::qp::deliver_packet(qpn, &pkt, &r.from)
+            || !crate::provider::soft::qp::deliver_packet(qpn, &pkt, &r.from, r.to)
         {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
