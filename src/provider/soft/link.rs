@@ -40,7 +40,7 @@ pub fn qp_name(qpn: u32) -> String {
 /// `(port << 8) | slot`, see `net::endpoint`, so it is unique in the network namespace and names
 /// the socket across namespaces) and the abstract name same-host peers find it by: a listening
 /// SEQPACKET socket for connected QPs, a datagram socket for UD QPs.
-pub fn allocate_qpn(datagram: bool) -> Result<(u32, OwnedFd, Arc<OwnedFd>)> {
+pub fn allocate_qpn(datagram: bool) -> Result<(u32, OwnedFd, Arc<endpoint::Sock>)> {
     for _ in 0..1000 {
         let (qpn, udp) = endpoint::allocate()?;
         let bound =

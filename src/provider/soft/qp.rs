@@ -64,7 +64,7 @@ pub struct SoftQp {
     /// The socket that owns our QPN: listening (RC) or receiving datagrams (UD).
     listener: Arc<OwnedFd>,
     /// The UDP socket whose port our QPN carries (the network path sends from it).
-    pub(super) udp: Arc<OwnedFd>,
+    pub(super) udp: Arc<super::net::endpoint::Sock>,
     /// RC: accepts the peer's handshake connection (never blocking the progress thread).
     _acceptor: Option<Acceptor>,
     /// The process generation (`fork`) that created the QP: a forked child must not touch it.

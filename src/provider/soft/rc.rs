@@ -385,7 +385,12 @@ impl SoftQp {
     pub fn progress_now(&self) -> bool {
         let mut st = self.lock_state();
         if st.net.is_some() {
-            return self.progress_net(&mut st);
+            // A polling application reads the socket itself (no wait for the progress thread);
+            // packets go to QPs under their locks, so ours is not held meanwhile.
+            drop(st);
+            let got = super::net::recv::drain(&self.udp);
+            let mut st = self.lock_state();
+            return self.progress_net(&mut st) | got;
         }
         let tail = st.link.as_ref().map_or(0, |l| l.out.tail());
         let mut did = self.consume(&mut st);

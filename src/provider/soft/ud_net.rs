@@ -11,7 +11,6 @@ use super::roce::{self, Deth, Flow, ImmDt, Packet};
 use super::ud::UdIn;
 use crate::provider::GRH_LEN;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 
 /// Destination GIDs a UD QP remembers as ours or not (no interface scan per send).
 const REMOTE_CACHE: usize = 64;
@@ -48,7 +47,7 @@ impl SoftQp {
         };
         let mut buf = [0u8; 4096 + 128];
         if let Ok(n) = roce::encode(&pkt, &flow, &mut buf) {
-            let _ = endpoint::send_from(self.udp.as_raw_fd(), &buf[..n], src, dst);
+            super::net::faults::send(&self.udp, &buf[..n], src, dst);
         }
     }
 

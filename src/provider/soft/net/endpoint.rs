@@ -10,7 +10,7 @@
 use crate::errno::{Errno, Result};
 use crate::runtime::fork;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 /// The QPN of `slot` on `port`, or `None` for the QPNs that never occur (0, 1, 0xFFFFFF).
@@ -46,8 +46,24 @@ impl Slots {
 /// Socket buffer size asked for (each direction).
 const SOCKET_BUF: i32 = 8 << 20;
 
+/// One of our UDP sockets.
+pub struct Sock {
+    pub fd: OwnedFd,
+    pub port: u16,
+    /// Held while a thread reads the socket and hands its packets to QPs: one reader at a
+    /// time keeps the packets of a QP in their order (the progress thread and an application
+    /// thread polling its CQ both read).
+    pub(super) reading: Mutex<()>,
+}
+
+impl AsRawFd for Sock {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 struct Socket {
-    fd: Arc<OwnedFd>,
+    fd: Arc<Sock>,
     port: u16,
     slots: Slots,
 }
@@ -143,7 +159,7 @@ pub fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_in6, libc::socklen_t) {
 
 /// Takes a free QPN and returns it with the socket that owns it (binding a socket, watched by
 /// the progress engine, when every slot is taken).
-pub fn allocate() -> Result<(u32, Arc<OwnedFd>)> {
+pub fn allocate() -> Result<(u32, Arc<Sock>)> {
     let mut t = table();
     let t = t.get_or_insert_with(|| Table { generation: fork::generation(), socks: Vec::new() });
     for s in t.socks.iter_mut() {
@@ -152,7 +168,7 @@ pub fn allocate() -> Result<(u32, Arc<OwnedFd>)> {
         }
     }
     let (fd, port) = bind_socket()?;
-    let fd = Arc::new(fd);
+    let fd = Arc::new(Sock { fd, port, reading: Mutex::new(()) });
     super::recv::watch(fd.clone())?;
     let mut slots = Slots::default();
     let slot = slots.take(port).ok_or(Errno::ENOSPC)?;
@@ -283,7 +299,6 @@ pub fn recv_one(fd: RawFd, buf: &mut [u8]) -> Option<Result<Received>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
 
     #[test]
     fn qpn_encodes_port_and_slot() {

@@ -5,10 +5,12 @@
 //!   the QP its BTH names;
 //! * [`rc`]: an RC QP's network path, the transport engine (`transport::RcQp`) joined to the
 //!   QP's memory keys, receive queue, CQs and the socket;
+//! * [`faults`]: `RDMASHIM_FAULTS`, drops/duplicates/reordering/delays on the send side;
 //! * [`route`]: whether a GID is ours (same namespace: the shared-memory rings) and the path
 //!   MTU towards it.
 
 pub mod endpoint;
+pub mod faults;
 pub mod rc;
 pub mod recv;
 pub mod route;

@@ -23,7 +23,6 @@ use crate::sys::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -66,7 +65,7 @@ impl Book {
 
 /// Where the packets go.
 struct Io {
-    sock: Arc<OwnedFd>,
+    sock: Arc<endpoint::Sock>,
     src: IpAddr,
     dst: SocketAddr,
     flow: Flow,
@@ -107,7 +106,12 @@ pub struct NetRc {
 
 impl NetRc {
     /// The path to `dst_ip` for a QP whose socket is `sock` (the responder starts at RTR).
-    pub fn new(cfg: RcConfig, sock: Arc<OwnedFd>, src_ip: IpAddr, dst_ip: IpAddr) -> Option<NetRc> {
+    pub fn new(
+        cfg: RcConfig,
+        sock: Arc<endpoint::Sock>,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+    ) -> Option<NetRc> {
         let my_port = endpoint::port_of(cfg.qpn);
         let dst = SocketAddr::new(dst_ip, endpoint::port_of(cfg.dest_qpn));
         let flow = Flow::new(SocketAddr::new(src_ip, my_port), dst)?;
@@ -475,12 +479,7 @@ impl t::Sink for Out<'_> {
         self.moved = true;
         let Ok(n) = roce::encode(pkt, &self.io.flow, &mut self.io.buf) else { return };
         // A lost packet is the transport's to recover (retransmission), like one the wire drops.
-        let _ = endpoint::send_from(
-            self.io.sock.as_raw_fd(),
-            &self.io.buf[..n],
-            self.io.src,
-            self.io.dst,
-        );
+        super::faults::send(&self.io.sock, &self.io.buf[..n], self.io.src, self.io.dst);
     }
 
     fn completion(&mut self, c: t::Completion) {

@@ -3,12 +3,12 @@
 //! the ICRC (`roce::decode`) and hands the packet to the QP its BTH names. Anything that fails a
 //! check is dropped silently and counted.
 
-use super::endpoint;
+use super::endpoint::{self, Sock};
 use crate::errno::Result;
 use crate::provider::soft::roce::{self, Flow};
 use crate::runtime::engine::engine;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,32 +20,37 @@ const BUF: usize = 4096 + 256;
 /// Packets dropped: undecodable, bad ICRC, or for no QP of ours.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Makes the progress engine read `fd` (a socket from [`endpoint`]).
-pub fn watch(fd: Arc<OwnedFd>) -> Result<()> {
-    let raw = fd.as_raw_fd();
-    let w = Arc::downgrade(&fd);
+/// Makes the progress engine read `sock` (a socket from [`endpoint`]).
+pub fn watch(sock: Arc<Sock>) -> Result<()> {
+    let raw = sock.as_raw_fd();
+    let w = Arc::downgrade(&sock);
     engine()?.watch(
         raw,
         Arc::new(move |_| {
-            if let Some(fd) = w.upgrade() {
-                drain(&fd);
+            if let Some(s) = w.upgrade() {
+                drain(&s);
             }
         }),
     )
 }
 
-fn drain(fd: &OwnedFd) {
-    let Ok(port) = local_port(fd) else { return };
+/// Reads what waits at `sock` (a bounded batch) and hands it to the QPs; `false` if another
+/// thread is reading it (it delivers in order) or nothing was there. Call with no QP locked.
+pub fn drain(sock: &Sock) -> bool {
+    let Ok(_reading) = sock.reading.try_lock() else { return false };
+    let (fd, port) = (&sock.fd, sock.port);
     let mut buf = [0u8; BUF];
+    let mut got = false;
     for _ in 0..BATCH {
         let r = match endpoint::recv_one(fd.as_raw_fd(), &mut buf) {
-            None => return,
+            None => return got,
             Some(Err(_)) => {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             Some(Ok(r)) => r,
         };
+        got = true;
         let Some(flow) = Flow::new(r.from, SocketAddr::new(r.to, port)) else {
             DROPPED.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -65,15 +70,5 @@ fn drain(fd: &OwnedFd) {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-fn local_port(fd: &OwnedFd) -> Result<u16> {
-    // SAFETY: all-zero is a valid sockaddr_in6.
-    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-    // SAFETY: sa has room for len bytes.
-    crate::errno::check(unsafe {
-        libc::getsockname(fd.as_raw_fd(), (&mut sa as *mut libc::sockaddr_in6).cast(), &mut len)
-    })?;
-    Ok(u16::from_be(sa.sin6_port))
+    got
 }
