@@ -1,0 +1,298 @@
+/* Many RC SENDs, RDMA WRITEs, READs and atomics between two processes whose QPs are connected
+ * out of band (a TCP exchange of QPN, PSN, GID, address and rkey, as ibv_rc_pingpong does), run
+ * by tests/netns/net_stream.py in two network namespaces under RDMASHIM_FAULTS. Checks:
+ *  - SENDs arrive exactly once and in order: each carries its sequence number, its length and a
+ *    checksum of its pseudo-random payload, and the receiver expects 0, 1, 2, ...;
+ *  - 1 MiB written in chunks of varying size, then read back in other chunks, equals the source;
+ *  - fetch-and-adds return 0, 1, 2, ... in order and the target counter ends at their number
+ *    (a duplicated or replayed atomic must not execute twice).
+ *
+ *   net_stream server PORT GID_INDEX
+ *   net_stream client HOST PORT GID_INDEX
+ * Exit 0 and "net_stream: OK" on success. */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+	fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } } while (0)
+
+enum { SENDS = 400, MAXMSG = 12 * 1024, SLOTS = 32, AREA = 1 << 20, ADDS = 200, DEPTH = 16,
+       TIMEOUT_MS = 120000 };
+
+struct info { uint32_t qpn, psn, rkey, pad; uint64_t addr; uint8_t gid[16]; };
+struct hdr { uint32_t seq, len; uint64_t sum; };
+
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+		p[i] = (uint8_t)x;
+	}
+}
+
+static uint32_t msg_len(uint32_t k) { return sizeof(struct hdr) + (k * 7919u) % (MAXMSG - sizeof(struct hdr)); }
+
+static void xfer(int fd, void *p, size_t n, int out)
+{
+	for (size_t d = 0; d < n;) {
+		ssize_t r = out ? write(fd, (char *)p + d, n - d) : read(fd, (char *)p + d, n - d);
+		CHECK(r > 0, "tcp %s", out ? "write" : "read");
+		d += r;
+	}
+}
+
+static int tcp(const char *host, const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = host ? 0 : AI_PASSIVE }, *res;
+	CHECK(getaddrinfo(host, port, &hints, &res) == 0, "getaddrinfo");
+	int s = socket(res->ai_family, res->ai_socktype, 0);
+	CHECK(s >= 0, "socket");
+	if (host) {
+		for (int i = 0; connect(s, res->ai_addr, res->ai_addrlen) != 0; i++) {
+			CHECK(i < 100, "connect");
+			usleep(100000);
+		}
+		freeaddrinfo(res);
+		return s;
+	}
+	int one = 1;
+	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	CHECK(bind(s, res->ai_addr, res->ai_addrlen) == 0 && listen(s, 1) == 0, "listen");
+	freeaddrinfo(res);
+	int c = accept(s, NULL, NULL);
+	CHECK(c >= 0, "accept");
+	close(s);
+	return c;
+}
+
+static struct ibv_context *ctx;
+static struct ibv_cq *cq;
+static struct ibv_qp *qp;
+
+static struct ibv_wc poll1(void)
+{
+	struct ibv_wc wc;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "poll_cq");
+		if (n == 1) {
+			CHECK(wc.status == IBV_WC_SUCCESS, "wr %llu: %s", (unsigned long long)wc.wr_id,
+			      ibv_wc_status_str(wc.status));
+			return wc;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		CHECK((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < TIMEOUT_MS,
+		      "no completion in %d ms", TIMEOUT_MS);
+	}
+}
+
+static void connect_qp(struct info *me, const struct info *peer, int gidx)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+						    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE };
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
+	      "INIT");
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_4096; /* the route's MTU lowers it */
+	a.dest_qp_num = peer->qpn;
+	a.rq_psn = peer->psn;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
+	a.ah_attr.grh.sgid_index = gidx;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
+	      "RTR");
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = me->psn;
+	a.timeout = 12; /* 16 ms */
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 4;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
+	      "RTS");
+}
+
+static void post(enum ibv_wr_opcode op, void *buf, uint32_t len, uint32_t lkey, uint64_t raddr,
+		 uint32_t rkey, uint64_t wr_id)
+{
+	struct ibv_sge sge = { (uintptr_t)buf, len, lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = 1;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	CHECK(ibv_post_send(qp, &wr, &bad) == 0, "post_send");
+}
+
+int main(int argc, char **argv)
+{
+	int server = argc == 4 && !strcmp(argv[1], "server");
+	CHECK(server || (argc == 5 && !strcmp(argv[1], "client")),
+	      "usage: net_stream server PORT GIDX | net_stream client HOST PORT GIDX");
+	int gidx = atoi(argv[argc - 1]);
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	CHECK(list && list[0], "no device");
+	ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open_device");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	CHECK(pd && cq, "pd/cq");
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 64, .max_recv_wr = SLOTS, .max_send_sge = 1,
+						.max_recv_sge = 1 } };
+	qp = ibv_create_qp(pd, &ia);
+	CHECK(qp, "create_qp");
+	/* [SLOTS × MAXMSG receive/send area][AREA write target/source][AREA read-back][counter] */
+	size_t size = (size_t)SLOTS * MAXMSG + 2 * AREA + 64;
+	uint8_t *mem = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
+	CHECK(mem, "alloc");
+	memset(mem, 0, size);
+	struct ibv_mr *mr = ibv_reg_mr(pd, mem, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(mr, "reg_mr");
+	uint8_t *area = mem + (size_t)SLOTS * MAXMSG, *back = area + AREA;
+	uint64_t *counter = (uint64_t *)(back + AREA);
+
+	struct info me = { .qpn = qp->qp_num, .psn = (uint32_t)getpid() & 0xffffff, .rkey = mr->rkey,
+			   .addr = (uintptr_t)mem }, peer;
+	union ibv_gid gid;
+	CHECK(ibv_query_gid(ctx, 1, gidx, &gid) == 0, "query_gid");
+	memcpy(me.gid, gid.raw, 16);
+	int s = server ? tcp(NULL, argv[2]) : tcp(argv[2], argv[3]);
+	xfer(s, &me, sizeof me, 1);
+	xfer(s, &peer, sizeof peer, 0);
+	connect_qp(&me, &peer, gidx);
+	if (server) {
+		for (int i = 0; i < SLOTS; i++) {
+			struct ibv_sge sge = { (uintptr_t)(mem + (size_t)i * MAXMSG), MAXMSG, mr->lkey };
+			struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *bad;
+			CHECK(ibv_post_recv(qp, &wr, &bad) == 0, "post_recv");
+		}
+	}
+	char go = 'g';
+	xfer(s, &go, 1, server); /* the server's receives and RTR come first */
+	xfer(s, &go, 1, !server);
+
+	if (server) {
+		for (uint32_t k = 0; k < SENDS; k++) {
+			struct ibv_wc wc = poll1();
+			CHECK(wc.opcode == IBV_WC_RECV, "opcode %d", wc.opcode);
+			uint8_t *p = mem + wc.wr_id * MAXMSG;
+			struct hdr h;
+			memcpy(&h, p, sizeof h);
+			CHECK(h.seq == k, "SEND %u arrived as number %u (lost, duplicated or reordered)", h.seq, k);
+			CHECK(h.len == msg_len(k) && wc.byte_len == h.len, "SEND %u: length %u/%u, want %u", k,
+			      h.len, wc.byte_len, msg_len(k));
+			CHECK(fnv(p + sizeof h, h.len - sizeof h) == h.sum, "SEND %u: checksum", k);
+			struct ibv_sge sge = { (uintptr_t)p, MAXMSG, mr->lkey };
+			struct ibv_recv_wr wr = { .wr_id = wc.wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+			CHECK(ibv_post_recv(qp, &wr, &bad) == 0, "post_recv");
+		}
+		printf("net_stream: %d SENDs exactly once, in order\n", SENDS);
+		uint64_t want[2];
+		xfer(s, want, sizeof want, 0); /* the client is done: checksum of the area, adds */
+		CHECK(fnv(area, AREA) == want[0], "written area differs from the client's source");
+		CHECK(*counter == want[1], "counter %llu after %llu fetch-and-adds",
+		      (unsigned long long)*counter, (unsigned long long)want[1]);
+		printf("net_stream: 1 MiB written as sent; counter %llu\nnet_stream: OK\n",
+		       (unsigned long long)*counter);
+		xfer(s, &go, 1, 1);
+		return 0;
+	}
+
+	/* Client: SENDs, at most DEPTH outstanding. */
+	uint32_t done = 0;
+	for (uint32_t k = 0; k < SENDS; k++) {
+		if (k - done >= DEPTH) {
+			poll1();
+			done++;
+		}
+		uint8_t *p = mem + (size_t)(k % SLOTS) * MAXMSG;
+		struct hdr h = { k, msg_len(k), 0 };
+		fill(p + sizeof h, h.len - sizeof h, k);
+		h.sum = fnv(p + sizeof h, h.len - sizeof h);
+		memcpy(p, &h, sizeof h);
+		post(IBV_WR_SEND, p, h.len, mr->lkey, 0, 0, k);
+	}
+	for (; done < SENDS; done++)
+		poll1();
+	printf("net_stream: %d SENDs completed\n", SENDS);
+
+	/* WRITEs of varying size cover the peer's area; then READs in other chunks bring it back. */
+	uint64_t raddr = peer.addr + (size_t)SLOTS * MAXMSG;
+	fill(area, AREA, 12345);
+	uint32_t n = 0, out = 0;
+	for (uint32_t off = 0, i = 0; off < AREA; i++) {
+		uint32_t len = 1 + (i * 104729u) % 65536;
+		if (len > AREA - off)
+			len = AREA - off;
+		if (out == DEPTH) { poll1(); out--; }
+		post(IBV_WR_RDMA_WRITE, area + off, len, mr->lkey, raddr + off, peer.rkey, n++);
+		out++;
+		off += len;
+	}
+	for (uint32_t off = 0, i = 0; off < AREA; i++) {
+		uint32_t len = 4096 + (i * 7u) % 131072;
+		if (len > AREA - off)
+			len = AREA - off;
+		if (out == DEPTH) { poll1(); out--; }
+		post(IBV_WR_RDMA_READ, back + off, len, mr->lkey, raddr + off, peer.rkey, n++);
+		out++;
+		off += len;
+	}
+	for (; out; out--)
+		poll1();
+	CHECK(memcmp(area, back, AREA) == 0, "1 MiB read back differs from what was written");
+	printf("net_stream: %u WRITEs and READs: 1 MiB read back as written\n", n);
+
+	/* Fetch-and-adds, one at a time: each returns the count before it. */
+	for (uint64_t i = 0; i < ADDS; i++) {
+		uint64_t *res = (uint64_t *)(back + 8 * (i % 64));
+		*res = ~0ull;
+		post(IBV_WR_ATOMIC_FETCH_AND_ADD, res, 8, mr->lkey, peer.addr + ((uint8_t *)counter - mem),
+		     peer.rkey, i);
+		struct ibv_wc wc = poll1();
+		CHECK(wc.opcode == IBV_WC_FETCH_ADD, "opcode %d", wc.opcode);
+		CHECK(*res == i, "fetch-and-add %llu returned %llu", (unsigned long long)i,
+		      (unsigned long long)*res);
+	}
+	printf("net_stream: %d fetch-and-adds, each once\n", ADDS);
+	uint64_t want[2] = { fnv(area, AREA), ADDS };
+	xfer(s, want, sizeof want, 1);
+	xfer(s, &go, 1, 0);
+	printf("net_stream: OK\n");
+	return 0;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""c-tests/net_stream.c across two network namespaces (RoCEv2 over UDP), once clean and once
+under RDMASHIM_FAULTS (drops, duplicates, reordering, delays on both sides): SENDs exactly once
+and in order with their checksums, 1 MiB written and read back, fetch-and-adds executed once.
+
+  net_stream.py PATH/TO/net_stream
+
+Root only (the fixture): exits 77 with the reason otherwise.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixture  # noqa: E402
+
+PORT = "18515"
+FAULTS = "drop=0.03,dup=0.03,reorder=0.03,delay=0.03:2ms"
+TIMEOUT = 240
+
+
+def gid_index(ns, ip):
+    """rdmashim's GID table lists IPv4 addresses first, loopback first (runtime/ifaddrs.rs)."""
+    out = subprocess.run(["ip", "-n", ns, "-o", "-4", "addr", "show"], capture_output=True,
+                         text=True, check=True).stdout
+    addrs = re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out)
+    addrs.sort(key=lambda a: not a.startswith("127."))
+    return addrs.index(ip)
+
+
+def run(fx, prog, faults):
+    sp, cp, sip, cip = fixture.pair_env(fx)
+    env = ["env", "RDMASHIM_PROVIDER=soft"] + ([f"RDMASHIM_FAULTS={faults}"] if faults else [])
+    sg = str(gid_index(fx.hosts[0].ns, sip))
+    cg = str(gid_index(fx.hosts[1].ns, cip))
+    server = subprocess.Popen(sp + env + [prog, "server", PORT, sg], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        client = subprocess.run(cp + env + [prog, "client", sip, PORT, cg], capture_output=True,
+                                text=True, timeout=TIMEOUT)
+        sout, _ = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    tag = f"faults {faults}" if faults else "no faults"
+    print(f"--- server ({tag}), exit {server.returncode} ---\n{sout}")
+    print(f"--- client ({tag}), exit {client.returncode} ---\n{client.stdout}{client.stderr}")
+    ok = server.returncode == 0 and client.returncode == 0 \
+        and "net_stream: OK" in sout and "net_stream: OK" in client.stdout
+    print(f"net_stream.py: {'PASS' if ok else 'FAIL'} ({tag})", flush=True)
+    return ok
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    try:
+        fixture.require()
+    except fixture.Skip as e:
+        print(f"SKIP: {e}")
+        return fixture.SKIP
+    ok = True
+    for faults in (None, FAULTS):
+        with fixture.Fixture(hosts=2) as fx:
+            ok &= run(fx, os.path.abspath(sys.argv[1]), faults)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
