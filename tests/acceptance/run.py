@@ -46,6 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import programs  # noqa: E402
+import placement  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import sanitizer_env  # noqa: E402
@@ -349,49 +350,10 @@ def runtime_load_check(loaded, mode, build_dir):
     return problems, lines
 
 
-def gid_index(ns, ip):
-    """The index of `ip` in rdmashim's GID table inside namespace `ns`: the table lists the
-    IPv4 addresses first, loopback first, then in the kernel's order (src/runtime/ifaddrs.rs)."""
-    out = subprocess.run(["ip", "-n", ns, "-o", "-4", "addr", "show"], capture_output=True,
-                         text=True, check=True).stdout
-    addrs = [m.group(1) for m in re.finditer(r"\binet (\d+\.\d+\.\d+\.\d+)/", out)]
-    addrs.sort(key=lambda a: not a.startswith("127."))
-    return addrs.index(ip)
-
-
-class Placement:
-    """Where the two programs run: both here on loopback, or in two network namespaces."""
-
-    def __init__(self, fx=None):
-        self.fx = fx
-        if fx is None:
-            self.prefix = {"server": [], "client": []}
-            self.ip = {"server": programs.HOST, "client": programs.HOST}
-            self.gid = {"server": 0, "client": 0}
-            return
-        sys.path.insert(0, os.path.join(HERE, "..", "netns"))
-        import fixture
-        sp, cp, sip, cip = fixture.pair_env(fx)
-        self.prefix = {"server": sp, "client": cp}
-        self.ip = {"server": sip, "client": cip}
-        self.gid = {"server": gid_index(fx.hosts[0].ns, sip),
-                    "client": gid_index(fx.hosts[1].ns, cip)}
-
-    def argv(self, sc, which, port):
-        return sc.argv(which, port, host=self.ip["server"], local=self.ip[which],
-                       gid=self.gid[which], netns=self.fx is not None)
-
-    def popen_argv(self, which, argv, variables):
-        """The command line that runs `argv` in its place with the program-only `variables`."""
-        if self.fx is None:
-            return argv
-        return self.prefix[which] + ["env"] + [f"{k}={v}" for k, v in variables.items()] + argv
-
-
 def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place=None):
     """Runs the scenario once. Returns (status, problems, last client output); status is
     'pass', 'fail' or 'skip'."""
-    place = place or Placement()
+    place = place or placement.Placement()
     netns = place.fx is not None
     if sc.rerun_on and sanitizer_env.runtime_preload(build_dir):
         # The known race of the program (programs.py) needs the server slower than the client;
@@ -566,20 +528,6 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
     return ("fail" if problems else "pass"), problems, (attempts[-1][2] if attempts else "")
 
 
-def run_netns(sc, mode, build_dir, cap):
-    """Runs the scenario once with its programs in fresh network namespaces (skip without
-    root or iproute2)."""
-    sys.path.insert(0, os.path.join(HERE, "..", "netns"))
-    import fixture
-    try:
-        fixture.require()
-    except fixture.Skip as e:
-        log(f"SKIP: {e}")
-        return "skip", [], ""
-    with fixture.Fixture(hosts=2) as fx:
-        return run_scenario(sc, mode, build_dir, cap, place=Placement(fx))
-
-
 def list_scenarios(xfail):
     for sc in programs.SCENARIOS:
         status = []
@@ -642,7 +590,8 @@ def main():
             for n in range(1, args.repeat + 1):
                 for rerun in range(sc.reruns + 1):
                     if args.netns:
-                        status, problems, client_out = run_netns(sc, mode, build_dir, cap)
+                        status, problems, client_out = placement.run_netns(
+                            lambda place: run_scenario(sc, mode, build_dir, cap, place=place))
                     else:
                         with HostLock(sc.host_lock):
                             status, problems, client_out = run_scenario(sc, mode, build_dir, cap,

@@ -9,25 +9,18 @@ Root only (the fixture): exits 77 with the reason otherwise.
 """
 
 import os
-import re
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "acceptance"))
 import fixture  # noqa: E402
+from placement import gid_index  # noqa: E402
 
 PORT = "18515"
 FAULTS = "drop=0.03,dup=0.03,reorder=0.03,delay=0.03:2ms"
 TIMEOUT = 240
-
-
-def gid_index(ns, ip):
-    """rdmashim's GID table lists IPv4 addresses first, loopback first (runtime/ifaddrs.rs)."""
-    out = subprocess.run(["ip", "-n", ns, "-o", "-4", "addr", "show"], capture_output=True,
-                         text=True, check=True).stdout
-    addrs = re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out)
-    addrs.sort(key=lambda a: not a.startswith("127."))
-    return addrs.index(ip)
 
 
 def run(fx, prog, faults):
@@ -40,16 +33,21 @@ def run(fx, prog, faults):
     try:
         client = subprocess.run(cp + env + [prog, "client", sip, PORT, cg], capture_output=True,
                                 text=True, timeout=TIMEOUT)
-        sout, _ = server.communicate(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        cout, crc = client.stdout + client.stderr, client.returncode
+    except subprocess.TimeoutExpired as e:
+        cout, crc = f"{e.stdout or ''}{e.stderr or ''}(timeout {TIMEOUT} s)", "timeout"
+    try:
+        # A failed client leaves the server waiting for what never comes.
+        sout, _ = server.communicate(timeout=60 if crc == 0 else 1)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        sout, _ = server.communicate()
+        sout += "(killed: still running)"
     tag = f"faults {faults}" if faults else "no faults"
     print(f"--- server ({tag}), exit {server.returncode} ---\n{sout}")
-    print(f"--- client ({tag}), exit {client.returncode} ---\n{client.stdout}{client.stderr}")
-    ok = server.returncode == 0 and client.returncode == 0 \
-        and "net_stream: OK" in sout and "net_stream: OK" in client.stdout
+    print(f"--- client ({tag}), exit {crc} ---\n{cout}")
+    ok = server.returncode == 0 and crc == 0 and "net_stream: OK" in sout \
+        and "net_stream: OK" in cout
     print(f"net_stream.py: {'PASS' if ok else 'FAIL'} ({tag})", flush=True)
     return ok
 

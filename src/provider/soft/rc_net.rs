@@ -18,6 +18,10 @@ const WINDOW: u32 = 128;
 const ACK_EVERY: u32 = 16;
 /// The engine's send queue: the device's `max_qp_wr` (verbs admits no more).
 const SQ_DEPTH: u32 = 16384;
+/// READ/atomic requests outstanding at once on the network path, at most. A responder answers
+/// a READ with all its response packets at once, and our socket's receive buffer must hold
+/// what is outstanding (two 8 MiB READs), or the bursts drop each other's packets.
+const NET_RD_ATOMIC: u8 = 2;
 
 impl SoftQp {
     fn net_ctx(&self, access: u32) -> Ctx<'_> {
@@ -43,7 +47,7 @@ impl SoftQp {
             retry_cnt: a.retry_cnt.min(7),
             rnr_retry: a.rnr_retry.min(7),
             min_rnr_timer: a.min_rnr_timer & 31,
-            max_rd_atomic: a.max_rd_atomic.max(1),
+            max_rd_atomic: a.max_rd_atomic.clamp(1, NET_RD_ATOMIC),
             max_dest_rd_atomic: a.max_dest_rd_atomic.max(1),
             sq_depth: SQ_DEPTH,
             window: WINDOW,

@@ -44,7 +44,7 @@ impl Slots {
 }
 
 /// Socket buffer size asked for (each direction).
-const SOCKET_BUF: i32 = 8 << 20;
+const SOCKET_BUF: i32 = 32 << 20;
 
 /// One of our UDP sockets.
 pub struct Sock {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Datagrams read per readiness event: a flooding peer cannot keep the progress thread here.
-const BATCH: usize = 64;
+const BATCH: usize = 256;
 /// Room for the largest RoCEv2 packet we accept (4096 payload + headers) and then some.
 const BUF: usize = 4096 + 256;
 
