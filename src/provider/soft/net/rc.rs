@@ -520,3 +520,7 @@ impl t::Sink for Out<'_> {
         self.events.push(e);
     }
 }
+
+#[cfg(test)]
+#[path = "tests_rc.rs"]
+mod tests;
