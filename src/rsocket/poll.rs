@@ -41,7 +41,11 @@ fn revents(s: &Stream, st: &mut State, events: i16, cm_ready: bool) -> i16 {
             if events & POLLOUT != 0 && can_send(st) {
                 r |= POLLOUT;
             }
-            if st.phase == Phase::Disconnected {
+            // Hang-up only once the data that came before it is read: as a TCP socket, whose
+            // peer's FIN is not a hang-up while bytes wait (librdmacm raises POLLHUP at once,
+            // and programs that treat POLLHUP as an error, such as rstream, then fail when the
+            // last data and the peer's close arrive together).
+            if st.phase == Phase::Disconnected && !super::xfer::have_rdata(st) {
                 r |= POLLHUP;
             }
             if st.err.is_some() {

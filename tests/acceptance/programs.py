@@ -20,6 +20,8 @@ Success criteria (all must hold):
   * no `forbid` line: (who, regex).
 """
 
+import filecmp
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
@@ -59,10 +61,15 @@ class Scenario:
     # Checks of the programs' results beyond the regexes: f(server output, client output) ->
     # list of problems (e.g. perftest's figures: iteration counts and non-zero results).
     check: Optional[Callable[[str, str], List[str]]] = None
+    # Files the programs work on: prepare(scratch dir) makes them and returns extra `{name}`
+    # substitutions for the commands; verify(those substitutions) -> list of problems (e.g. a
+    # copied file that differs from its source). Run by run.py around the pair.
+    prepare: Optional[Callable[[str], dict]] = None
+    verify: Optional[Callable[[dict], List[str]]] = None
 
-    def argv(self, which, port):
+    def argv(self, which, port, files=None):
         cmd = self.server if which == "server" else self.client
-        return [a.format(port=port, host=HOST) for a in cmd]
+        return [a.format(port=port, host=HOST, **(files or {})) for a in cmd]
 
     def port_for(self, mode):
         return self.port + (1 if mode == "dropin" else 0) if self.port else 0
@@ -297,6 +304,66 @@ for prog in ("send_lat", "send_bw", "write_lat", "write_bw", "read_lat", "read_b
             check=perftest_check(iters, server_prints, server_peak=prog != "send_bw"),
         ))
         port += 2
+
+
+# --- issue 10: rsockets ----------------------------------------------------------------------
+# rstream prints one table row per size; -T v checks every byte it receives (and exits non-zero
+# on a mismatch). Both sides print the table.
+RSTREAM_ROW = r"^\S+\s+\d+[kmg]?\s+\d+[kmg]?\s+\d+\s+\d+[kmg]?\s+[\d.]+s\s+[\d.]+\s+[\d.]+\s*$"
+RSTREAM_FAIL = r"(?i)fail|error|mismatch|unable|refused|Segmentation"
+for suffix, extra, title, port in [
+        ("v", ["-T", "v", "-S", "1000000", "-C", "200"], "rstream -T v -S 1000000 -C 200: custom size, data verified", 7570),
+        ("v-small", ["-T", "v", "-S", "100", "-C", "5000"], "rstream -T v -S 100 -C 5000: small transfers, data verified", 7572),
+        ("b", ["-T", "b"], "rstream -T b: blocking calls, every size of the table", 7574),
+        ("a", ["-T", "a", "-S", "65536", "-C", "2000"], "rstream -T a: non-blocking with rpoll, 64 KiB", 7576),
+        ("n", ["-T", "n"], "rstream -T n: non-blocking (spinning on EAGAIN), every size", 7578),
+        ("r", ["-T", "r"], "rstream -T r: rsocket names resolved with rdma_getaddrinfo", 7580),
+        ("k", ["-k", "5", "-T", "v", "-S", "65536", "-C", "200"], "rstream -k 5: keepalive on, data verified", 7582)]:
+    add(Scenario(
+        name="rstream-" + suffix, issue=10, title=title,
+        server=["rstream", "-b", "{host}", "-p", "{port}"] + extra,
+        client=["rstream", "-s", "{host}", "-p", "{port}"] + extra,
+        port=port,
+        not_ready=r"rconnect|Connection refused",
+        timeout=90.0,
+        expect=[("both", r"^name\s+bytes\s+xfers"), ("both", RSTREAM_ROW)],
+        forbid=[("both", RSTREAM_FAIL)],
+    ))
+
+
+RCOPY_BYTES = 50 * 1000 * 1000
+
+
+def rcopy_files(tmp):
+    src, dst = os.path.join(tmp, "src.bin"), os.path.join(tmp, "dst.bin")
+    with open(src, "wb") as f:
+        f.write(os.urandom(RCOPY_BYTES))
+    return {"src": src, "dst": dst}
+
+
+def same_files(files):
+    src, dst = files["src"], files["dst"]
+    if not os.path.exists(dst):
+        return [f"rcopy: {dst} was not written"]
+    if not filecmp.cmp(src, dst, shallow=False):
+        return [f"rcopy: {dst} differs from {src} (sizes {os.path.getsize(src)}/{os.path.getsize(dst)})"]
+    return []
+
+
+add(Scenario(
+    name="rcopy", issue=10,
+    title="rcopy of a 50 MB random file over rsockets, then compared byte for byte",
+    server=["rcopy", "-p", "{port}"],
+    client=["rcopy", "{src}", "{host}:{dst}", "-p", "{port}"],
+    port=7584,
+    server_exits=False,           # rcopy's server waits for the next file until killed
+    not_ready=r"rconnect|Connection refused",
+    timeout=60.0,
+    prepare=rcopy_files,
+    verify=same_files,
+    expect=[("client", r"^50000000 bytes in [\d.]+ seconds"), ("server", r"50000000 bytes\.\.\.closing\.\.\.done")],
+    forbid=[("both", r"(?i)fail|error|refused")],
+))
 
 
 def by_name(name):

@@ -348,13 +348,16 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
             "a sanitizer; it runs in the ordinary tree")
         return "skip", [], ""
     port = pick_port(sc, mode, fixed_ports)
-    server_argv = sc.argv("server", port)
-    client_argv = sc.argv("client", port)
+    tmp = tempfile.mkdtemp(prefix=f"rdmashim-acc-{sc.name}-{mode}-")
+    files = sc.prepare(tmp) if sc.prepare else {}
+    server_argv = sc.argv("server", port, files)
+    client_argv = sc.argv("client", port, files)
     binaries = []
     for argv in (server_argv, client_argv):
         path = which(argv[0])
         if not path or not os.access(path, os.X_OK):
             log(f"SKIP: {argv[0]} is not installed")
+            shutil.rmtree(tmp, ignore_errors=True)
             return "skip", [], ""
         argv[0] = path
         if path not in binaries:
@@ -363,6 +366,7 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
 
     env, changes, problems = mode_env(mode, build_dir)
     if problems:
+        shutil.rmtree(tmp, ignore_errors=True)
         return "fail", problems, ""
     log(f"scenario {sc.name} ({sc.title}), mode {mode}")
     print(f"server: {shell_line(changes, [os.path.basename(server_argv[0])] + server_argv[1:])}")
@@ -373,9 +377,9 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
     for n in notes:
         print(n)
     if problems:
+        shutil.rmtree(tmp, ignore_errors=True)
         return "fail", problems, ""
 
-    tmp = tempfile.mkdtemp(prefix=f"rdmashim-acc-{sc.name}-{mode}-")
     server_out = os.path.join(tmp, "server.out")
     t0 = time.monotonic()
     with open(server_out, "wb") as so:
@@ -486,6 +490,8 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False):
     problems += check_output("server", srv_text, sc)
     if sc.check and attempts and attempts[-1][1] == 0:
         problems += sc.check(srv_text, attempts[-1][2])
+    if sc.verify and attempts and attempts[-1][1] == 0:
+        problems += sc.verify(files)
 
     loaded = {"server": run_pair.lddebug_loaded(os.path.join(tmp, "server.lddebug"))}
     if attempts:
