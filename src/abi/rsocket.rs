@@ -1,38 +1,16 @@
 //! The rsocket entry points of librdmacm (`rdma/rsocket.h`, node RDMACM_1.0): argument
 //! conversion only; the sockets live in `crate::rsocket`.
 //!
-//! SOCK_DGRAM and riomap/riounmap/riowrite are not implemented yet: `rsocket(…, SOCK_DGRAM, …)`
-//! fails with `EOPNOTSUPP`, the iomap calls with `ENOSYS` in their own convention (−1 with
-//! errno; `(size_t)-1` with errno for `riowrite`, as rdma-core).
+//! SOCK_DGRAM is not implemented yet: `rsocket(…, SOCK_DGRAM, …)` fails with `EOPNOTSUPP`.
 
 use crate::abi::Value;
+use crate::entry;
 use crate::errno::{Errno, Result};
 use crate::rsocket;
-use crate::{entry, unimplemented_entry};
 use libc::{
     c_int, c_long, c_void, fd_set, iovec, msghdr, nfds_t, off_t, pollfd, size_t, sockaddr,
     socklen_t, ssize_t, timeval,
 };
-
-unimplemented_entry! { Errno::ENOSYS =>
-    fn riomap(
-        socket: c_int,
-        buf: *mut c_void,
-        len: size_t,
-        prot: c_int,
-        flags: c_int,
-        offset: off_t,
-    ) -> Value<off_t>;
-    fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> Value<c_int>;
-    // Fails with `(size_t)-1` and errno, as rdma-core's riowrite does before writing anything.
-    fn riowrite(
-        socket: c_int,
-        buf: *const c_void,
-        count: size_t,
-        offset: off_t,
-        flags: c_int,
-    ) -> Value<size_t>;
-}
 
 /// Writes `a` to a caller's (addr, addrlen) as getsockname(2) does: truncated to the room
 /// given, with the full length stored back.
@@ -270,6 +248,34 @@ entry! {
         rsocket::fcntl(socket, cmd, arg as c_int as i64)
     }
 
+    fn riomap(
+        socket: c_int,
+        buf: *mut c_void,
+        len: size_t,
+        prot: c_int,
+        flags: c_int,
+        offset: off_t,
+    ) -> Value<off_t> {
+        let _ = flags; // no flags are defined
+        rsocket::riomap(socket, buf.cast(), len, prot, offset)
+    }
+
+    fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> Value<c_int> {
+        rsocket::riounmap(socket, buf.cast(), len).map(|()| 0)
+    }
+
+    // Fails with `(size_t)-1` and errno when nothing was written, as rdma-core's riowrite.
+    fn riowrite(
+        socket: c_int,
+        buf: *const c_void,
+        count: size_t,
+        offset: off_t,
+        flags: c_int,
+    ) -> Value<size_t> {
+        // SAFETY: buf holds count bytes per riowrite(3).
+        unsafe { rsocket::riowrite(socket, buf.cast(), count, offset, flags) }
+    }
+
     /// `poll(2)` over rsockets and ordinary descriptors.
     fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> Value<c_int> {
         if nfds > 0 && fds.is_null() {
@@ -320,12 +326,12 @@ mod tests {
             assert_eq!(rsend(3, std::ptr::null(), 0, 0), -1);
             assert_eq!(errno(), libc::EBADF);
             assert_eq!(riomap(3, std::ptr::null_mut(), 0, 0, 0, -1), -1);
-            assert_eq!(errno(), libc::ENOSYS);
+            assert_eq!(errno(), libc::EBADF);
             assert_eq!(rfcntl(3, libc::F_GETFL, 0), -1);
             assert_eq!(errno(), libc::EBADF);
             Errno(0).set();
             assert_eq!(riowrite(3, std::ptr::null(), 1, 0, 0), usize::MAX);
-            assert_eq!(errno(), libc::ENOSYS);
+            assert_eq!(errno(), libc::EFAULT);
         }
     }
 

@@ -90,6 +90,8 @@ pub struct Ep {
     pub sqe_avail: i64,
     pub rmsg: VecDeque<u32>,
     pub cq_armed: bool,
+    /// Our riomap registrations.
+    pub iomaps: Vec<super::iomap::IoMap>,
 }
 
 // SAFETY: the raw pointers are handles of this library (checked by every entry point) and
@@ -141,6 +143,7 @@ impl Ep {
             sqe_avail: sz.sq_size as i64 - CTRL_SIZE as i64,
             rmsg: VecDeque::with_capacity(sz.rq_size as usize),
             cq_armed: false,
+            iomaps: Vec::new(),
         };
         // SAFETY: `verbs` is the id's context; the calls check their arguments.
         unsafe {
@@ -310,6 +313,9 @@ impl Drop for Ep {
         // SAFETY: every handle is ours and destroyed once, MRs before their buffers (the
         // buffers drop after this body), the QP before its CQ, the CQ before its channel.
         unsafe {
+            for m in self.iomaps.drain(..) {
+                capi::ibv_dereg_mr(m.mr);
+            }
             for mr in [self.smr, self.rmr, self.tmr] {
                 if !mr.is_null() {
                     capi::ibv_dereg_mr(mr);

@@ -7,6 +7,7 @@
 
 mod capi;
 mod ep;
+mod iomap;
 mod opts;
 mod poll;
 mod stream;
@@ -186,6 +187,29 @@ pub fn getsockopt(fd: i32, level: i32, name: i32, out: &mut [u8]) -> Result<usiz
 
 pub fn fcntl(fd: i32, cmd: i32, arg: i64) -> Result<i32> {
     get(fd)?.fcntl(cmd, arg)
+}
+
+pub fn riomap(fd: i32, buf: *mut u8, len: usize, prot: i32, offset: i64) -> Result<i64> {
+    get(fd)?.riomap(buf, len, prot, offset)
+}
+
+pub fn riounmap(fd: i32, buf: *mut u8, len: usize) -> Result<()> {
+    get(fd)?.riounmap(buf, len)
+}
+
+/// # Safety
+/// `buf` is readable for `count` bytes.
+pub unsafe fn riowrite(
+    fd: i32,
+    buf: *const u8,
+    count: usize,
+    offset: i64,
+    flags: i32,
+) -> Result<usize> {
+    if buf.is_null() && count > 0 {
+        return Err(Errno::EFAULT);
+    }
+    get(fd)?.riowrite(buf, count, offset, flags)
 }
 
 /// Bytes of a socket address of `family` (what getsockname reports).

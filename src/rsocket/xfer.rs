@@ -343,6 +343,7 @@ impl Stream {
             Err(e) if e.0 == libc::EINPROGRESS => return Err(Errno::EAGAIN),
             Err(e) => return Err(e),
         };
+        st = self.flush_iomaps(st, nonblock)?;
         let len: usize = iov.iter().map(|v| v.1).sum();
         let (mut cur, mut off) = (0usize, 0usize);
         let mut left = len;
