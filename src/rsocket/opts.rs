@@ -160,6 +160,10 @@ impl Stream {
                 st.nonblock = (arg as i32) & libc::O_NONBLOCK != 0;
                 Ok(0)
             }
+            // The socket's number is our CM channel's descriptor, which is close-on-exec
+            // already (an rsocket cannot cross exec anyway).
+            libc::F_GETFD => Ok(libc::FD_CLOEXEC),
+            libc::F_SETFD => Ok(0),
             _ => Err(Errno::EOPNOTSUPP),
         }
     }
