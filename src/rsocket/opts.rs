@@ -160,10 +160,11 @@ impl Stream {
                 st.nonblock = (arg as i32) & libc::O_NONBLOCK != 0;
                 Ok(0)
             }
-            // The socket's number is our CM channel's descriptor, which is close-on-exec
-            // already (an rsocket cannot cross exec anyway).
-            libc::F_GETFD => Ok(libc::FD_CLOEXEC),
-            libc::F_SETFD => Ok(0),
+            // The number is our CM channel's descriptor: its descriptor flags are real.
+            libc::F_GETFD | libc::F_SETFD => {
+                // SAFETY: fcntl on our own descriptor with an int argument.
+                crate::errno::check(unsafe { libc::fcntl(self.fd, cmd, arg as i32) })
+            }
             _ => Err(Errno::EOPNOTSUPP),
         }
     }
