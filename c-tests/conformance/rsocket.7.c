@@ -279,6 +279,24 @@ int main(int argc, char **argv)
 	ssize_t dr = ready == 1 ? rrecvfrom(u2, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl2) : -2;
 	CLAUSE("DGRAM", dr == 9 && strcmp(buf, "datagram") == 0 && from.sin_port == htons(conf_port(1)),
 	       "rsocket %d/%d, rsendto %zd, ready %d, rrecvfrom %zd (%s)", u1, u2, ds, ready, dr, conf_errname(errno));
+	/* ... and back: the answer (and the ones after it) go over UD once each side has the
+	 * other's QPN; every datagram keeps its boundaries and its source address. */
+	int back_ok = dr == 9;
+	for (int i = 0; back_ok && i < 20; i++) {
+		char m[32], got[32] = "";
+		snprintf(m, sizeof m, "reply %d", i);
+		struct sockaddr_in src;
+		socklen_t sl = sizeof src;
+		ssize_t bs = rsendto(u2, m, strlen(m) + 1, 0, (struct sockaddr *)&da, sizeof da);
+		struct pollfd bp = { .fd = u1, .events = POLLIN };
+		int br = bs > 0 ? rpoll(&bp, 1, H_WAIT_MS) : -2;
+		ssize_t bn = br == 1 ? rrecvfrom(u1, got, sizeof got, 0, (struct sockaddr *)&src, &sl) : -2;
+		back_ok = bn == (ssize_t)strlen(m) + 1 && strcmp(got, m) == 0 && src.sin_port == htons(conf_port(2));
+		if (!back_ok)
+			fprintf(stderr, "reply %d: send %zd, rpoll %d, recv %zd \"%s\" (%s)\n", i, bs, br, bn, got,
+				conf_errname(errno));
+	}
+	CLAUSE("DGRAM-REPLY", back_ok, "twenty datagrams answered from the receiver to the sender's address");
 	if (u1 >= 0)
 		rclose(u1);
 	if (u2 >= 0)

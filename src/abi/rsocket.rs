@@ -1,7 +1,6 @@
 //! The rsocket entry points of librdmacm (`rdma/rsocket.h`, node RDMACM_1.0): argument
 //! conversion only; the sockets live in `crate::rsocket`.
 //!
-//! SOCK_DGRAM is not implemented yet: `rsocket(…, SOCK_DGRAM, …)` fails with `EOPNOTSUPP`.
 
 use crate::abi::Value;
 use crate::entry;
@@ -117,11 +116,17 @@ entry! {
         src_addr: *mut sockaddr,
         addrlen: *mut socklen_t,
     ) -> Value<ssize_t> {
-        let n = rsocket::recv(socket, &one(buf.cast::<u8>(), len)?, flags)?;
-        if n > 0 && !src_addr.is_null() && !addrlen.is_null() {
-            let peer = rsocket::name(socket, true)?;
-            // SAFETY: per recvfrom(2), src_addr has *addrlen writable bytes.
-            unsafe { put_addr(&peer, src_addr, addrlen) }?;
+        let (n, from) = rsocket::recvfrom(socket, &one(buf.cast::<u8>(), len)?, flags)?;
+        if !src_addr.is_null() && !addrlen.is_null() {
+            let from = match from {
+                Some(a) => Some(a),
+                None if n > 0 => Some(rsocket::name(socket, true)?),
+                None => None,
+            };
+            if let Some(a) = from {
+                // SAFETY: per recvfrom(2), src_addr has *addrlen writable bytes.
+                unsafe { put_addr(&a, src_addr, addrlen) }?;
+            }
         }
         Ok(n as ssize_t)
     }
@@ -150,10 +155,14 @@ entry! {
         dest_addr: *const sockaddr,
         addrlen: socklen_t,
     ) -> Value<ssize_t> {
-        if !dest_addr.is_null() || addrlen != 0 {
-            return Err(Errno::EISCONN);
-        }
-        send_iov(socket, &one(buf as *mut u8, len)?, flags)
+        let to = if dest_addr.is_null() {
+            None
+        } else {
+            // SAFETY: dest_addr is readable for addrlen bytes per sendto(2).
+            Some(unsafe { rsocket::read_addr(dest_addr, addrlen) }?)
+        };
+        let v = one(buf as *mut u8, len)?;
+        Ok(rsocket::sendto(socket, &[(v[0].0 as *const u8, v[0].1)], to, flags)? as ssize_t)
     }
 
     fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> Value<ssize_t> {
@@ -321,8 +330,8 @@ mod tests {
     fn unimplemented_and_unknown_rsockets_fail_cleanly() {
         // SAFETY: these stubs never touch their arguments.
         unsafe {
-            assert_eq!(rsocket(libc::AF_INET, libc::SOCK_DGRAM, 0), -1);
-            assert_eq!(errno(), libc::EOPNOTSUPP);
+            assert_eq!(rsocket(libc::AF_UNIX, libc::SOCK_DGRAM, 0), -1);
+            assert_eq!(errno(), libc::EAFNOSUPPORT);
             assert_eq!(rsend(3, std::ptr::null(), 0, 0), -1);
             assert_eq!(errno(), libc::EBADF);
             assert_eq!(riomap(3, std::ptr::null_mut(), 0, 0, 0, -1), -1);

@@ -35,7 +35,7 @@ pub struct Buf {
 }
 
 impl Buf {
-    fn new(len: usize) -> Result<Buf> {
+    pub fn new(len: usize) -> Result<Buf> {
         let layout = Layout::from_size_align(len.max(64), 64).map_err(|_| Errno::ENOMEM)?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };

@@ -6,6 +6,7 @@
 //! arguments and calls the functions here.
 
 mod capi;
+mod dgram;
 mod ep;
 mod iomap;
 mod opts;
@@ -18,6 +19,7 @@ pub use opts::SOL_RDMA;
 pub use poll::{rpoll, rselect};
 
 use crate::errno::{Errno, Result};
+use dgram::Dgram;
 use ep::Sizes;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -25,6 +27,15 @@ use std::sync::{Arc, Mutex};
 use stream::{lock, Stream};
 
 static TABLE: Lazy<Mutex<HashMap<i32, Arc<Stream>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+static DGRAMS: Lazy<Mutex<HashMap<i32, Arc<Dgram>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// The datagram rsocket numbered `fd`, if it is one.
+pub fn lookup_dgram(fd: i32) -> Option<Arc<Dgram>> {
+    if fd < 0 {
+        return None;
+    }
+    lock(&DGRAMS).get(&fd).cloned()
+}
 
 /// The rsocket numbered `fd`, if it is one.
 pub fn lookup(fd: i32) -> Option<Arc<Stream>> {
@@ -76,7 +87,12 @@ pub fn socket(domain: i32, ty: i32, protocol: i32) -> Result<i32> {
     }
     match ty {
         libc::SOCK_STREAM if protocol == 0 || protocol == libc::IPPROTO_TCP => {}
-        // SOCK_DGRAM (rsocket over UD) is not implemented yet.
+        libc::SOCK_DGRAM if protocol == 0 || protocol == libc::IPPROTO_UDP => {
+            let d = Dgram::create(domain)?;
+            let fd = d.fd;
+            lock(&DGRAMS).insert(fd, Arc::new(d));
+            return Ok(fd);
+        }
         _ => return Err(Errno::EOPNOTSUPP),
     }
     Ok(insert(Stream::create(domain, *DEFAULTS)?))
@@ -121,6 +137,9 @@ pub unsafe fn read_addr(
 }
 
 pub fn bind(fd: i32, a: libc::sockaddr_storage) -> Result<()> {
+    if let Some(d) = lookup_dgram(fd) {
+        return d.bind(&a);
+    }
     get(fd)?.bind(std::ptr::addr_of!(a).cast())
 }
 
@@ -141,14 +160,23 @@ pub fn accept(fd: i32) -> Result<(i32, libc::sockaddr_storage)> {
 }
 
 pub fn connect(fd: i32, a: libc::sockaddr_storage) -> Result<()> {
+    if let Some(d) = lookup_dgram(fd) {
+        return d.connect(&a);
+    }
     get(fd)?.connect(a)
 }
 
 pub fn shutdown(fd: i32, how: i32) -> Result<()> {
+    if lookup_dgram(fd).is_some() {
+        return Ok(());
+    }
     get(fd)?.shutdown(how)
 }
 
 pub fn close(fd: i32) -> Result<()> {
+    if lock(&DGRAMS).remove(&fd).is_some() {
+        return Ok(());
+    }
     let s = lock(&TABLE).remove(&fd).ok_or(Errno::EBADF)?;
     let connected = lock(&s.st).phase == stream::Phase::Connected;
     if connected {
@@ -158,15 +186,67 @@ pub fn close(fd: i32) -> Result<()> {
 }
 
 pub fn send(fd: i32, iov: &[(*const u8, usize)], flags: i32) -> Result<usize> {
+    sendto(fd, iov, None, flags)
+}
+
+/// One datagram's bytes gathered from `iov`.
+fn gather(iov: &[(*const u8, usize)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(iov.iter().map(|x| x.1).sum());
+    for &(p, l) in iov {
+        if l > 0 {
+            // SAFETY: the caller's buffers are readable for their lengths (checked non-NULL).
+            v.extend_from_slice(unsafe { std::slice::from_raw_parts(p, l) });
+        }
+    }
+    v
+}
+
+pub fn sendto(
+    fd: i32,
+    iov: &[(*const u8, usize)],
+    to: Option<libc::sockaddr_storage>,
+    flags: i32,
+) -> Result<usize> {
+    if let Some(d) = lookup_dgram(fd) {
+        return d.sendto(&gather(iov), to, flags);
+    }
+    if to.is_some() {
+        return Err(Errno::EISCONN);
+    }
     get(fd)?.send(iov, flags)
 }
 
 pub fn recv(fd: i32, iov: &[(*mut u8, usize)], flags: i32) -> Result<usize> {
-    get(fd)?.recv(iov, flags)
+    recvfrom(fd, iov, flags).map(|(n, _)| n)
+}
+
+/// Reads into `iov`; the source address for datagram sockets (stream sockets: None).
+pub fn recvfrom(
+    fd: i32,
+    iov: &[(*mut u8, usize)],
+    flags: i32,
+) -> Result<(usize, Option<libc::sockaddr_storage>)> {
+    if let Some(d) = lookup_dgram(fd) {
+        let total: usize = iov.iter().map(|x| x.1).sum();
+        let mut buf = vec![0u8; total];
+        let (n, from) = d.recvfrom(&mut buf, flags)?;
+        let mut off = 0;
+        for &(p, l) in iov {
+            let k = l.min(n - off);
+            // SAFETY: the caller's buffers are writable for their lengths.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(off), p, k) };
+            off += k;
+        }
+        return Ok((n, Some(from)));
+    }
+    Ok((get(fd)?.recv(iov, flags)?, None))
 }
 
 /// The local (`peer` false) or remote address.
 pub fn name(fd: i32, peer: bool) -> Result<libc::sockaddr_storage> {
+    if let Some(d) = lookup_dgram(fd) {
+        return d.name(peer);
+    }
     let s = get(fd)?;
     if peer {
         let st = lock(&s.st);
@@ -178,14 +258,38 @@ pub fn name(fd: i32, peer: bool) -> Result<libc::sockaddr_storage> {
 }
 
 pub fn setsockopt(fd: i32, level: i32, name: i32, v: &[u8]) -> Result<()> {
+    if let Some(d) = lookup_dgram(fd) {
+        if level == SOL_RDMA {
+            return Ok(()); // queue and inline sizes are fixed for datagram sockets
+        }
+        // SAFETY: our UDP socket; `v` is the caller's option buffer.
+        let r = unsafe { libc::setsockopt(d.fd, level, name, v.as_ptr().cast(), v.len() as u32) };
+        return crate::errno::check(r).map(drop);
+    }
     get(fd)?.setsockopt(level, name, v)
 }
 
 pub fn getsockopt(fd: i32, level: i32, name: i32, out: &mut [u8]) -> Result<usize> {
+    if let Some(d) = lookup_dgram(fd) {
+        let mut len = out.len() as u32;
+        // SAFETY: our UDP socket; `out` has `len` writable bytes.
+        let r = unsafe { libc::getsockopt(d.fd, level, name, out.as_mut_ptr().cast(), &mut len) };
+        return crate::errno::check(r).map(|_| len as usize);
+    }
     get(fd)?.getsockopt(level, name, out)
 }
 
 pub fn fcntl(fd: i32, cmd: i32, arg: i64) -> Result<i32> {
+    if let Some(d) = lookup_dgram(fd) {
+        return match cmd {
+            libc::F_GETFL => Ok(libc::O_RDWR | if d.nonblock() { libc::O_NONBLOCK } else { 0 }),
+            libc::F_SETFL => {
+                d.set_nonblock((arg as i32) & libc::O_NONBLOCK != 0);
+                Ok(0)
+            }
+            _ => Err(Errno::EOPNOTSUPP),
+        };
+    }
     get(fd)?.fcntl(cmd, arg)
 }
 

@@ -60,7 +60,9 @@ fn revents(s: &Stream, st: &mut State, events: i16, cm_ready: bool) -> i16 {
 
 pub fn rpoll(fds: &mut [pollfd], timeout: i32) -> Result<i32> {
     let socks: Vec<Option<Arc<Stream>>> = fds.iter().map(|p| super::lookup(p.fd)).collect();
-    if socks.iter().all(Option::is_none) {
+    let dgrams: Vec<Option<Arc<super::dgram::Dgram>>> =
+        fds.iter().map(|p| super::lookup_dgram(p.fd)).collect();
+    if socks.iter().all(Option::is_none) && dgrams.iter().all(Option::is_none) {
         // SAFETY: a valid array of fds.len() pollfds.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         return crate::errno::check(r);
@@ -90,10 +92,20 @@ pub fn rpoll(fds: &mut [pollfd], timeout: i32) -> Result<i32> {
                     real.push(pollfd { fd: s.fd, events: POLLIN, revents: 0 });
                     owner.push(i);
                 }
-                None => {
-                    real.push(pollfd { fd: p.fd, events: p.events, revents: 0 });
-                    owner.push(i);
-                }
+                None => match &dgrams[i] {
+                    Some(d) => {
+                        let (rv, wait_fds) = d.poll_state(p.events);
+                        p.revents = rv;
+                        for fd in wait_fds {
+                            real.push(pollfd { fd, events: POLLIN, revents: 0 });
+                            owner.push(i);
+                        }
+                    }
+                    None => {
+                        real.push(pollfd { fd: p.fd, events: p.events, revents: 0 });
+                        owner.push(i);
+                    }
+                },
             }
             if p.revents != 0 {
                 ready += 1;
@@ -104,9 +116,10 @@ pub fn rpoll(fds: &mut [pollfd], timeout: i32) -> Result<i32> {
         } else {
             match deadline {
                 None => -1,
+                // Rounded up: a wait shorter than a millisecond still sleeps (poll's unit).
                 Some(d) => {
-                    d.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128)
-                        as i32
+                    let left = d.saturating_duration_since(Instant::now()).as_micros();
+                    left.div_ceil(1000).min(i32::MAX as u128) as i32
                 }
             }
         };
@@ -126,6 +139,7 @@ pub fn rpoll(fds: &mut [pollfd], timeout: i32) -> Result<i32> {
                 continue;
             }
             match &socks[i] {
+                None if dgrams[i].is_some() => fired[i] = true,
                 None => fds[i].revents = q.revents,
                 Some(s) => {
                     fired[i] = true;
@@ -136,6 +150,9 @@ pub fn rpoll(fds: &mut [pollfd], timeout: i32) -> Result<i32> {
             }
         }
         for i in 0..fds.len() {
+            if let (true, Some(d)) = (fired[i], &dgrams[i]) {
+                fds[i].revents |= d.poll_state(fds[i].events).0;
+            }
             if let Some(s) = &socks[i] {
                 if fired[i] {
                     let mut st = lock(&s.st);

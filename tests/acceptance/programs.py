@@ -348,6 +348,24 @@ for suffix, extra, title, port in [
         forbid=[("both", RSTREAM_FAIL)],
     ))
 
+# udpong: SOCK_DGRAM rsockets (UD after a first datagram over UDP teaches each side the other's
+# QPN). The server never exits. Echo mode (-T e) answers every datagram and the client resends
+# after 1 ms without an answer; non-echo mode counts what arrived (UD may drop) and reports it.
+UDPONG_ROW = r"^custom\s+\d+[kmg]?\s+\d+[kmg]?\s+[\d.]+[kmg]?\s+[\d.]+s\s+[\d.]+\s+[\d.]+\s*$"
+for suffix, extra, title, port in [
+        ("echo", ["-T", "e", "-S", "64", "-C", "200"], "udpong -T e: 200 echoed datagrams (rsendto/rrecvfrom over UD)", 7590),
+        ("data", ["-S", "1000", "-C", "2000"], "udpong: 2000 datagrams one way, the server reports the count", 7592)]:
+    add(Scenario(
+        name="udpong-" + suffix, issue=10, title=title,
+        server=["udpong", "-b", "{host}", "-p", "{port}"],
+        client=["udpong", "-s", "{host}", "-p", "{port}"] + extra,
+        port=port,
+        server_exits=False,
+        timeout=30.0,
+        expect=[("client", r"^name\s+bytes\s+xfers"), ("client", UDPONG_ROW)],
+        forbid=[("both", r"(?i)fail|error|rsend|rrecv|rsocket|rbind")],
+    ))
+
 RCOPY_BYTES = 50 * 1000 * 1000
 
 
