@@ -1,6 +1,5 @@
 //! The rsocket entry points of librdmacm (`rdma/rsocket.h`, node RDMACM_1.0): argument
 //! conversion only; the sockets live in `crate::rsocket`.
-//!
 
 use crate::abi::Value;
 use crate::entry;

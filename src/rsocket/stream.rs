@@ -7,7 +7,6 @@ use super::ep::{Ep, Sizes};
 use super::wire::{self, ConnData, ConnSge, Sge};
 use crate::errno::{Errno, Result};
 use crate::sys::*;
-use std::net::SocketAddr;
 use std::ptr;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use zerocopy::IntoBytes;
@@ -518,12 +517,6 @@ impl Stream {
                     .read()
             }
         }
-    }
-
-    pub fn peer(&self) -> Option<SocketAddr> {
-        let a = self.name(true);
-        // SAFETY: a sockaddr_storage read by value.
-        unsafe { crate::cm::id::read_sockaddr(ptr::addr_of!(a).cast()) }.ok()
     }
 }
 

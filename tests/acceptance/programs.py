@@ -29,6 +29,13 @@ from typing import Callable, List, Optional, Tuple
 HOST = "127.0.0.1"
 
 
+class _Keep(dict):
+    """Format values that leave an unknown `{name}` as it is (run.py --list shows commands
+    before a scenario's files exist)."""
+    def __missing__(self, key):
+        return "{" + key + "}"
+
+
 @dataclass
 class Scenario:
     name: str
@@ -69,7 +76,7 @@ class Scenario:
 
     def argv(self, which, port, files=None):
         cmd = self.server if which == "server" else self.client
-        return [a.format(port=port, host=HOST, **(files or {})) for a in cmd]
+        return [a.format_map(_Keep(port=port, host=HOST, **(files or {}))) for a in cmd]
 
     def port_for(self, mode):
         return self.port + (1 if mode == "dropin" else 0) if self.port else 0
