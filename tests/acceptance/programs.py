@@ -324,7 +324,7 @@ for suffix, extra, title, port in [
         ("b", ["-T", "b"], "rstream -T b: blocking calls, every size of the table", 7574),
         ("a", ["-T", "a", "-S", "65536", "-C", "2000"], "rstream -T a: non-blocking with rpoll, 64 KiB", 7576),
         ("n", ["-T", "n"], "rstream -T n: non-blocking (spinning on EAGAIN), every size", 7578),
-        ("r", ["-T", "r"], "rstream -T r: rsocket names resolved with rdma_getaddrinfo", 7580),
+        ("r", ["-T", "r", "-S", "1000000", "-C", "100"], "rstream -T r: addresses resolved with rdma_getaddrinfo", 7580),
         ("k", ["-k", "5", "-T", "v", "-S", "65536", "-C", "200"], "rstream -k 5: keepalive on, data verified", 7582)]:
     add(Scenario(
         name="rstream-" + suffix, issue=10, title=title,
