@@ -360,7 +360,7 @@ for suffix, extra, title, port in [
 # after 1 ms without an answer; non-echo mode counts what arrived (UD may drop) and reports it.
 UDPONG_ROW = r"^custom\s+\d+[kmg]?\s+\d+[kmg]?\s+[\d.]+[kmg]?\s+[\d.]+s\s+[\d.]+\s+[\d.]+\s*$"
 for suffix, extra, title, port in [
-        ("echo", ["-T", "e", "-S", "64", "-C", "200"], "udpong -T e: 200 echoed datagrams (rsendto/rrecvfrom over UD)", 7590),
+        ("echo", ["-T", "e", "-S", "64", "-C", "50"], "udpong -T e: 50 echoed datagrams (rsendto/rrecvfrom over UD)", 7590),
         ("data", ["-S", "1000", "-C", "2000"], "udpong: 2000 datagrams one way, the server reports the count", 7592)]:
     add(Scenario(
         name="udpong-" + suffix, issue=10, title=title,

@@ -170,10 +170,17 @@ fn last() -> Errno {
     Errno::last()
 }
 
+/// socket(2) by system call, not through the libc symbol: under Debian's librspreload (which
+/// interposes `socket` and turns INET sockets into rsockets) the UDP socket under a datagram
+/// rsocket must stay a kernel socket, or rsocket() would recurse into itself.
+fn kernel_socket(domain: i32, ty: i32) -> i32 {
+    // SAFETY: the socket system call with integer arguments; it creates a descriptor we own.
+    unsafe { libc::syscall(libc::SYS_socket, domain, ty, 0) as i32 }
+}
+
 impl Dgram {
     pub fn create(domain: i32) -> Result<Dgram> {
-        // SAFETY: creating a descriptor we own (closed in Drop).
-        let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        let fd = kernel_socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC);
         if fd < 0 {
             return Err(last());
         }
@@ -249,7 +256,7 @@ impl Dgram {
         if wildcard {
             // SAFETY: a temporary socket, connected (no traffic) to learn the source address.
             unsafe {
-                let s = libc::socket(self.domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+                let s = kernel_socket(self.domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC);
                 if s >= 0 {
                     let mut a: libc::sockaddr_storage = std::mem::zeroed();
                     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as u32;
