@@ -82,13 +82,16 @@ class Outcome:
         return not self.problems
 
 
-def run_pair(server, client, env, port, timeout):
-    """Starts `server`, waits until it listens on `port`, runs `client`; both must exit 0
+def run_pair(server, client, env, port, timeout, ready_wait=None):
+    """Starts `server`, waits until it listens on `port` (or, when `ready_wait` is given, that
+    many seconds: an rsocket listener has no TCP socket), runs `client`; both must exit 0
     within `timeout` seconds. Commands are argument lists."""
     problems = []
     srv = _start(server, env)
     deadline = time.monotonic() + min(timeout, 20)
-    while not tcp_listening(port):
+    if ready_wait is not None:
+        time.sleep(ready_wait)
+    while ready_wait is None and not tcp_listening(port):
         if srv.poll() is not None or time.monotonic() > deadline:
             out = _kill(srv)
             return Outcome(out, "", [f"server did not start listening on port {port}: "

@@ -44,6 +44,10 @@ def rows():
     for s in SIZES:
         out.append((f"`ib_write_bw` {size_name(s)} message rate vs UCX `ucp_put_bw`",
                     ("rdmashim", "write_mr", s), ("ucx", "write_mr", s), "UCX", "M msg/s", HIGHER))
+    out.append(("`rstream -S 64` (rsockets) vs `rstream -T s` (kernel TCP, loopback)",
+                ("rdmashim", "rstream_lat", 64), ("tcp", "rstream_lat", 64), "TCP", "µs one way", LOWER))
+    out.append(("`rstream -S 1048576` (rsockets) vs `rstream -T s` (kernel TCP, loopback)",
+                ("rdmashim", "rstream_bw", 1048576), ("tcp", "rstream_bw", 1048576), "TCP", "MiB/s", HIGHER))
     out.append(("`ibv_rc_pingpong -e` 64 B, per round trip (event mode)",
                 ("rdmashim", "rc_pingpong_event", 64), None, "", "µs", LOWER))
     out.append(("`ibv_rc_pingpong` 64 B, per round trip (busy polling)",

@@ -6,7 +6,10 @@ A measurement is a key such as ("rdmashim", "send_lat", 64) -> value. Units:
   *_bw    bandwidth in MiB/s (perftest and UCX print MiB as "MB"; fi_pingpong's decimal MB are
           converted);
   *_mr    message rate in millions of messages per second;
-  rc_pingpong_*  µs per round trip, from ibv_rc_pingpong's "usec/iter" line."""
+  rc_pingpong_*  µs per round trip, from ibv_rc_pingpong's "usec/iter" line;
+  rstream_lat / rstream_bw  rstream's own usec/xfer (one way: it halves the round trip) and
+          Gb/sec (converted to MiB/s), over rsockets ("rdmashim") and with -T s over the
+          kernel's TCP on loopback ("tcp"), same program, same options."""
 import re
 
 from pairs import HOST, free_port, run_pair
@@ -50,13 +53,13 @@ class Runner:
         self.results[key] = value
         self.log(f"  {key[0]:9} {key[1]:22} {key[2]:>8}  {value:.3f}")
 
-    def pair(self, what, server, client, env):
+    def pair(self, what, server, client, env, ready_wait=None):
         """Runs a pair; returns the Outcome, or None after recording why it failed."""
         prefix = ("UCX_TLS=posix,self " if "UCX_TLS" in env else
                   "LD_PRELOAD=<build>/librdmashim.so RDMASHIM_PROVIDER=soft "
                   if "LD_PRELOAD" in env else "")
         self.commands.append(prefix + " ".join(client))
-        out = run_pair(server, client, env, self.port, self.timeout)
+        out = run_pair(server, client, env, self.port, self.timeout, ready_wait)
         if not out.ok:
             self.failures.append(f"{what}: " + "; ".join(out.problems))
             self.log(f"  FAILED {what}: " + "; ".join(out.problems))
@@ -101,6 +104,32 @@ class Runner:
         m = re.search(r"^\d+ iters in [\d.]+ seconds = ([\d.]+) usec/iter", out.client_out, re.M)
         self.record(("rdmashim", name, 64), float(m.group(1)) if m else None,
                     "ibv_rc_pingpong" + (" -e" if event else ""))
+
+    # --- rsockets: Debian's rstream, over rdmashim and (-T s) over TCP ------------------------
+    def rstream(self, tcp, size):
+        """64 B latency (-I round trips of one transfer) or 1 MiB bandwidth (-C transfers)."""
+        lat = size <= 4096
+        n = iterations("lat" if lat else "bw", size, self.quick)
+        self.port = free_port()
+        args = ["-p", str(self.port), "-S", str(size)]
+        args += ["-C", "1", "-I", str(n)] if lat else ["-C", str(max(50, n // 25))]
+        if tcp:
+            args += ["-T", "s"]
+        out = self.pair(f"rstream {' '.join(args[2:])}", ["rstream", "-b", HOST] + args,
+                        ["rstream", "-s", HOST] + args, self.env, ready_wait=None if tcp else 0.5)
+        if not out:
+            return
+        m = re.search(r"^custom\s+\S+\s+\S+\s+\S+\s+\S+\s+[\d.]+s\s+([\d.]+)\s+([\d.]+)\s*$",
+                      out.client_out, re.M)
+        who = "tcp" if tcp else "rdmashim"
+        if not m:
+            self.failures.append(f"rstream {who} {size}: no result row in its output")
+            return
+        if lat:
+            self.record((who, "rstream_lat", size), float(m.group(2)), f"rstream {who} {size}")
+        else:
+            self.record((who, "rstream_bw", size), float(m.group(1)) * 1e9 / 8 / 2**20,
+                        f"rstream {who} {size}")
 
     # --- UCX -------------------------------------------------------------------------------
     def ucx(self, test, size):
@@ -179,6 +208,10 @@ def run_all(runner, have):
             r.perftest("write_bw", size)
         if ucx:
             r.ucx("ucp_put_bw", size)
+    if have("rstream"):
+        for size in (64, 1048576):
+            r.rstream(False, size)
+            r.rstream(True, size)
     if have("ibv_rc_pingpong"):
         r.rc_pingpong(event=True)
         r.rc_pingpong(event=False)

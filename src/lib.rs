@@ -15,6 +15,7 @@ pub mod cm;
 pub mod errno;
 pub mod handle;
 pub mod provider;
+pub mod rsocket;
 pub mod runtime;
 pub mod sys;
 pub mod verbs;

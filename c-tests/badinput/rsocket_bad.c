@@ -2,12 +2,12 @@
  * c-tests/badinput/rsocket_bad.c: the rsocket functions librdmashim exports (<rdma/rsocket.h>),
  * called with invalid and closed descriptors and NULL pointers.
  *
- * rsockets are not implemented yet (docs/CONFORMANCE.md): every call on an rsocket fails with
- * ENOSYS, so each case checks a clean failure in the function's convention, as the socket call
+ * Stream rsockets are implemented; SOCK_DGRAM and the iomap calls are not yet (ENOSYS /
+ * EOPNOTSUPP). Each case checks a clean failure in the function's convention, as the socket call
  * it mirrors (rsocket(7)): -1 with errno, and for riowrite, which "behaves similar to rwrite"
- * but returns a size_t, (size_t)-1 with errno. Accepted errnos: ENOSYS (not implemented), EBADF
- * (not an rsocket), EINVAL. rpoll and rselect are real (every descriptor is an ordinary one):
- * they must behave as poll(2) and select(2).
+ * but returns a size_t, (size_t)-1 with errno. On a descriptor that is not an rsocket the errno
+ * is EBADF (ENOSYS/EINVAL accepted). rpoll and rselect must behave as poll(2) and select(2) on
+ * ordinary descriptors.
  */
 #include "badinput.h"
 
@@ -67,9 +67,31 @@ static int setup_fds(void)
 
 static void case_rsocket(void)
 {
-	/* Valid arguments: not implemented yet. */
-	EXPECT_M1(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
-	EXPECT_M1(rsocket(-1, -1, -1), ENOSYS, EAFNOSUPPORT, EINVAL);
+	EXPECT_M1(rsocket(-1, -1, -1), EAFNOSUPPORT, EINVAL);
+	EXPECT_M1(rsocket(AF_UNIX, SOCK_STREAM, 0), EAFNOSUPPORT);
+	EXPECT_M1(rsocket(AF_INET, SOCK_STREAM, IPPROTO_UDP), EOPNOTSUPP, EPROTONOSUPPORT);
+	/* A live, unconnected stream rsocket with bad arguments. */
+	int s = rsocket(AF_INET, SOCK_STREAM, 0);
+	REQUIRE(s >= 0);
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	EXPECT_M1(rbind(s, NULL, sizeof(a)), EFAULT, EINVAL);
+	EXPECT_M1(rbind(s, (struct sockaddr *)&a, 1), EINVAL);
+	EXPECT_M1(rconnect(s, NULL, 0), EFAULT, EINVAL);
+	EXPECT_M1(rrecv(s, buf, sizeof(buf), MSG_DONTWAIT), ENOTCONN);
+	EXPECT_M1(rsend(s, buf, sizeof(buf), 0), ENOTCONN);
+	EXPECT_M1(rsend(s, NULL, sizeof(buf), 0), EFAULT);
+	EXPECT_M1(rgetpeername(s, (struct sockaddr *)&a, NULL), ENOTCONN, EFAULT);
+	EXPECT_M1(rgetsockname(s, NULL, NULL), EFAULT);
+	EXPECT_M1(rsetsockopt(s, SOL_SOCKET, SO_KEEPALIVE, NULL, sizeof(int)), EFAULT);
+	EXPECT_M1(rsetsockopt(s, SOL_SOCKET, SO_KEEPALIVE, buf, 1), EINVAL);
+	EXPECT_M1(rgetsockopt(s, SOL_SOCKET, SO_ERROR, NULL, NULL), EFAULT, EINVAL);
+	EXPECT_M1(rshutdown(s, SHUT_RDWR), ENOTCONN);
+	EXPECT_M1(raccept(s, NULL, NULL), EINVAL);
+	EXPECT_M1(rreadv(s, NULL, -1), EINVAL);
+	EXPECT_EQ(rclose(s), 0);
+	EXPECT_M1(rclose(s), EBADF);
 }
 
 static void case_rbind(void)

@@ -1,34 +1,112 @@
-//! The rsocket entry points of librdmacm (`rdma/rsocket.h`, node RDMACM_1.0).
-//!
-//! rsockets are not implemented yet (a future issue): every call that takes or makes an
-//! rsocket fails cleanly with `ENOSYS` in its own convention (−1 with errno; `(size_t)-1` with
-//! errno for `riowrite`, as rdma-core). They exist because programs
-//! link against them: every rdma-core example imports `rpoll`, since their shared
-//! `examples/common.c` references it, so a missing symbol would stop even the non-rsocket
-//! programs from loading.
-//!
-//! `rpoll` and `rselect` are real: rsocket's versions accept ordinary fds mixed with rsockets
-//! and treat them as `poll`/`select` would, and as there are no rsockets yet every fd is an
-//! ordinary one, so they are exactly `poll` and `select`.
+//! The rsocket entry points of librdmacm (`rdma/rsocket.h`, node RDMACM_1.0): argument
+//! conversion only; the sockets live in `crate::rsocket`.
 
 use crate::abi::Value;
-use crate::errno::{check, Errno};
-use crate::{entry, unimplemented_entry};
+use crate::entry;
+use crate::errno::{Errno, Result};
+use crate::rsocket;
 use libc::{
     c_int, c_long, c_void, fd_set, iovec, msghdr, nfds_t, off_t, pollfd, size_t, sockaddr,
     socklen_t, ssize_t, timeval,
 };
 
-unimplemented_entry! { Errno::ENOSYS =>
-    fn rsocket(domain: c_int, type_: c_int, protocol: c_int) -> Value<c_int>;
-    fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> Value<c_int>;
-    fn rlisten(socket: c_int, backlog: c_int) -> Value<c_int>;
-    fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int>;
-    fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> Value<c_int>;
-    fn rshutdown(socket: c_int, how: c_int) -> Value<c_int>;
-    fn rclose(socket: c_int) -> Value<c_int>;
+/// Writes `a` to a caller's (addr, addrlen) as getsockname(2) does: truncated to the room
+/// given, with the full length stored back.
+///
+/// # Safety
+/// `addrlen` is NULL or valid; `addr` is NULL or writable for `*addrlen` bytes.
+unsafe fn put_addr(
+    a: &libc::sockaddr_storage,
+    addr: *mut sockaddr,
+    addrlen: *mut socklen_t,
+) -> Result<()> {
+    if addr.is_null() || addrlen.is_null() {
+        return Err(Errno::EFAULT);
+    }
+    let full = rsocket::addr_len(a);
+    // SAFETY: per the function's contract.
+    unsafe {
+        let n = full.min(*addrlen as usize);
+        std::ptr::copy_nonoverlapping(std::ptr::addr_of!(*a).cast::<u8>(), addr.cast::<u8>(), n);
+        *addrlen = full as socklen_t;
+    }
+    Ok(())
+}
 
-    fn rrecv(socket: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> Value<ssize_t>;
+/// Borrows a C iovec array as (pointer, length) pairs.
+///
+/// # Safety
+/// `iov` is NULL or valid for `cnt` entries.
+unsafe fn iovs<T>(iov: *const iovec, cnt: c_int) -> Result<Vec<(*mut T, usize)>> {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) || (cnt > 0 && iov.is_null()) {
+        return Err(Errno::EINVAL);
+    }
+    let v = if cnt == 0 {
+        &[][..]
+    } else {
+        // SAFETY: per the function's contract.
+        unsafe { std::slice::from_raw_parts(iov, cnt as usize) }
+    };
+    if v.iter().any(|x| x.iov_base.is_null() && x.iov_len > 0) {
+        return Err(Errno::EFAULT);
+    }
+    Ok(v.iter().map(|x| (x.iov_base.cast::<T>(), x.iov_len)).collect())
+}
+
+fn one<T>(buf: *mut T, len: size_t) -> Result<[(*mut T, usize); 1]> {
+    if buf.is_null() && len > 0 {
+        return Err(Errno::EFAULT);
+    }
+    Ok([(buf, len)])
+}
+
+fn send_iov(socket: c_int, v: &[(*mut u8, usize)], flags: c_int) -> Result<ssize_t> {
+    let c: Vec<(*const u8, usize)> = v.iter().map(|&(p, l)| (p as *const u8, l)).collect();
+    Ok(rsocket::send(socket, &c, flags)? as ssize_t)
+}
+
+entry! {
+    fn rsocket(domain: c_int, type_: c_int, protocol: c_int) -> Value<c_int> {
+        rsocket::socket(domain, type_, protocol)
+    }
+
+    fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> Value<c_int> {
+        // SAFETY: addr is readable for addrlen bytes per bind(2).
+        let a = unsafe { rsocket::read_addr(addr, addrlen) }?;
+        rsocket::bind(socket, a).map(|()| 0)
+    }
+
+    fn rlisten(socket: c_int, backlog: c_int) -> Value<c_int> {
+        rsocket::listen(socket, backlog).map(|()| 0)
+    }
+
+    fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int> {
+        let (fd, peer) = rsocket::accept(socket)?;
+        if !addr.is_null() && !addrlen.is_null() {
+            // SAFETY: per accept(2), addr has *addrlen writable bytes.
+            unsafe { put_addr(&peer, addr, addrlen) }?;
+        }
+        Ok(fd)
+    }
+
+    fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> Value<c_int> {
+        // SAFETY: addr is readable for addrlen bytes per connect(2).
+        let a = unsafe { rsocket::read_addr(addr, addrlen) }?;
+        rsocket::connect(socket, a).map(|()| 0)
+    }
+
+    fn rshutdown(socket: c_int, how: c_int) -> Value<c_int> {
+        rsocket::shutdown(socket, how).map(|()| 0)
+    }
+
+    fn rclose(socket: c_int) -> Value<c_int> {
+        rsocket::close(socket).map(|()| 0)
+    }
+
+    fn rrecv(socket: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> Value<ssize_t> {
+        Ok(rsocket::recv(socket, &one(buf.cast::<u8>(), len)?, flags)? as ssize_t)
+    }
+
     fn rrecvfrom(
         socket: c_int,
         buf: *mut c_void,
@@ -36,9 +114,38 @@ unimplemented_entry! { Errno::ENOSYS =>
         flags: c_int,
         src_addr: *mut sockaddr,
         addrlen: *mut socklen_t,
-    ) -> Value<ssize_t>;
-    fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> Value<ssize_t>;
-    fn rsend(socket: c_int, buf: *const c_void, len: size_t, flags: c_int) -> Value<ssize_t>;
+    ) -> Value<ssize_t> {
+        let (n, from) = rsocket::recvfrom(socket, &one(buf.cast::<u8>(), len)?, flags)?;
+        if !src_addr.is_null() && !addrlen.is_null() {
+            let from = match from {
+                Some(a) => Some(a),
+                None if n > 0 => Some(rsocket::name(socket, true)?),
+                None => None,
+            };
+            if let Some(a) = from {
+                // SAFETY: per recvfrom(2), src_addr has *addrlen writable bytes.
+                unsafe { put_addr(&a, src_addr, addrlen) }?;
+            }
+        }
+        Ok(n as ssize_t)
+    }
+
+    fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> Value<ssize_t> {
+        // SAFETY: msg is a valid msghdr per recvmsg(2).
+        let m = unsafe { crate::abi::out(msg) }?;
+        if !m.msg_control.is_null() && m.msg_controllen > 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        // SAFETY: the msghdr's iovec array per recvmsg(2).
+        let v = unsafe { iovs::<u8>(m.msg_iov, m.msg_iovlen as c_int) }?;
+        m.msg_flags = 0;
+        Ok(rsocket::recv(socket, &v, flags)? as ssize_t)
+    }
+
+    fn rsend(socket: c_int, buf: *const c_void, len: size_t, flags: c_int) -> Value<ssize_t> {
+        send_iov(socket, &one(buf as *mut u8, len)?, flags)
+    }
+
     fn rsendto(
         socket: c_int,
         buf: *const c_void,
@@ -46,29 +153,96 @@ unimplemented_entry! { Errno::ENOSYS =>
         flags: c_int,
         dest_addr: *const sockaddr,
         addrlen: socklen_t,
-    ) -> Value<ssize_t>;
-    fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> Value<ssize_t>;
-    fn rread(socket: c_int, buf: *mut c_void, count: size_t) -> Value<ssize_t>;
-    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> Value<ssize_t>;
-    fn rwrite(socket: c_int, buf: *const c_void, count: size_t) -> Value<ssize_t>;
-    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> Value<ssize_t>;
+    ) -> Value<ssize_t> {
+        let to = if dest_addr.is_null() {
+            None
+        } else {
+            // SAFETY: dest_addr is readable for addrlen bytes per sendto(2).
+            Some(unsafe { rsocket::read_addr(dest_addr, addrlen) }?)
+        };
+        let v = one(buf as *mut u8, len)?;
+        Ok(rsocket::sendto(socket, &[(v[0].0 as *const u8, v[0].1)], to, flags)? as ssize_t)
+    }
 
-    fn rgetpeername(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int>;
-    fn rgetsockname(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int>;
+    fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> Value<ssize_t> {
+        // SAFETY: msg is a valid msghdr per sendmsg(2).
+        let m = unsafe { crate::abi::arg(msg) }?;
+        if !m.msg_control.is_null() && m.msg_controllen > 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        // SAFETY: the msghdr's iovec array per sendmsg(2).
+        let v = unsafe { iovs::<u8>(m.msg_iov, m.msg_iovlen as c_int) }?;
+        send_iov(socket, &v, flags)
+    }
+
+    fn rread(socket: c_int, buf: *mut c_void, count: size_t) -> Value<ssize_t> {
+        Ok(rsocket::recv(socket, &one(buf.cast::<u8>(), count)?, 0)? as ssize_t)
+    }
+
+    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> Value<ssize_t> {
+        // SAFETY: iov has iovcnt entries per readv(2).
+        let v = unsafe { iovs::<u8>(iov, iovcnt) }?;
+        Ok(rsocket::recv(socket, &v, 0)? as ssize_t)
+    }
+
+    fn rwrite(socket: c_int, buf: *const c_void, count: size_t) -> Value<ssize_t> {
+        send_iov(socket, &one(buf as *mut u8, count)?, 0)
+    }
+
+    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> Value<ssize_t> {
+        // SAFETY: iov has iovcnt entries per writev(2).
+        let v = unsafe { iovs::<u8>(iov, iovcnt) }?;
+        send_iov(socket, &v, 0)
+    }
+
+    fn rgetpeername(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int> {
+        let a = rsocket::name(socket, true)?;
+        // SAFETY: per getpeername(2).
+        unsafe { put_addr(&a, addr, addrlen) }.map(|()| 0)
+    }
+
+    fn rgetsockname(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int> {
+        let a = rsocket::name(socket, false)?;
+        // SAFETY: per getsockname(2).
+        unsafe { put_addr(&a, addr, addrlen) }.map(|()| 0)
+    }
+
     fn rsetsockopt(
         socket: c_int,
         level: c_int,
         optname: c_int,
         optval: *const c_void,
         optlen: socklen_t,
-    ) -> Value<c_int>;
+    ) -> Value<c_int> {
+        if optval.is_null() && optlen > 0 {
+            return Err(Errno::EFAULT);
+        }
+        let v = if optlen == 0 {
+            &[][..]
+        } else {
+            // SAFETY: optval holds optlen bytes per setsockopt(2).
+            unsafe { std::slice::from_raw_parts(optval.cast::<u8>(), optlen as usize) }
+        };
+        rsocket::setsockopt(socket, level, optname, v).map(|()| 0)
+    }
+
     fn rgetsockopt(
         socket: c_int,
         level: c_int,
         optname: c_int,
         optval: *mut c_void,
         optlen: *mut socklen_t,
-    ) -> Value<c_int>;
+    ) -> Value<c_int> {
+        // SAFETY: optlen is valid per getsockopt(2).
+        let len = unsafe { crate::abi::out(optlen) }?;
+        if optval.is_null() {
+            return Err(Errno::EFAULT);
+        }
+        // SAFETY: optval has *optlen writable bytes per getsockopt(2).
+        let out = unsafe { std::slice::from_raw_parts_mut(optval.cast::<u8>(), *len as usize) };
+        *len = rsocket::getsockopt(socket, level, optname, out)? as socklen_t;
+        Ok(0)
+    }
 
     // C declares `int rfcntl(int socket, int cmd, ... /* arg */)`, and stable Rust cannot
     // define a variadic function. A fixed third parameter is what variadic callers pass on the
@@ -76,9 +250,11 @@ unimplemented_entry! { Errno::ENOSYS =>
     // in the same registers as named ones (the extra %al vector count is ignored by a
     // non-variadic callee), and on Linux aarch64 (AAPCS64) they are passed exactly like named
     // arguments. `c_long` covers both an `int` and a pointer argument; when the caller passes
-    // no argument (F_GETFL) or an `int`, the register holds garbage, so an implementation may
-    // only read as many bits as `cmd` implies.
-    fn rfcntl(socket: c_int, cmd: c_int, arg: c_long) -> Value<c_int>;
+    // no argument (F_GETFL) or an `int`, the register holds garbage, so only F_SETFL reads it,
+    // and only its low 32 bits.
+    fn rfcntl(socket: c_int, cmd: c_int, arg: c_long) -> Value<c_int> {
+        rsocket::fcntl(socket, cmd, arg as c_int as i64)
+    }
 
     fn riomap(
         socket: c_int,
@@ -87,27 +263,48 @@ unimplemented_entry! { Errno::ENOSYS =>
         prot: c_int,
         flags: c_int,
         offset: off_t,
-    ) -> Value<off_t>;
-    fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> Value<c_int>;
-    // Fails with `(size_t)-1` and errno, as rdma-core's riowrite does before writing anything.
+    ) -> Value<off_t> {
+        let _ = flags; // no flags are defined
+        rsocket::riomap(socket, buf.cast(), len, prot, offset)
+    }
+
+    fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> Value<c_int> {
+        rsocket::riounmap(socket, buf.cast(), len).map(|()| 0)
+    }
+
+    // Fails with `(size_t)-1` and errno when nothing was written, as rdma-core's riowrite.
     fn riowrite(
         socket: c_int,
         buf: *const c_void,
         count: size_t,
         offset: off_t,
         flags: c_int,
-    ) -> Value<size_t>;
-}
-
-entry! {
-    /// `poll(2)`: with no rsockets in existence every fd is an ordinary one.
-    fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> Value<c_int> {
-        // SAFETY: the arguments go to poll unchanged; the kernel checks the array and fails
-        // with EFAULT if it is not readable and writable for `nfds` entries.
-        check(unsafe { libc::poll(fds, nfds, timeout) })
+    ) -> Value<size_t> {
+        // SAFETY: buf holds count bytes per riowrite(3).
+        unsafe { rsocket::riowrite(socket, buf.cast(), count, offset, flags) }
     }
 
-    /// `select(2)`: with no rsockets in existence every fd is an ordinary one.
+    /// `poll(2)` over rsockets and ordinary descriptors.
+    fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> Value<c_int> {
+        if nfds > 0 && fds.is_null() {
+            return Err(Errno::EFAULT);
+        }
+        // poll(2)'s own limit, checked before the array is touched.
+        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: `rl` is a valid out-parameter.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 && nfds > rl.rlim_cur {
+            return Err(Errno::EINVAL);
+        }
+        let v = if nfds == 0 {
+            &mut [][..]
+        } else {
+            // SAFETY: fds holds nfds pollfds per poll(2).
+            unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
+        };
+        rsocket::rpoll(v, timeout)
+    }
+
+    /// `select(2)` over rsockets and ordinary descriptors.
     fn rselect(
         nfds: c_int,
         readfds: *mut fd_set,
@@ -115,9 +312,8 @@ entry! {
         exceptfds: *mut fd_set,
         timeout: *mut timeval,
     ) -> Value<c_int> {
-        // SAFETY: the arguments go to select unchanged; each set and the timeout is NULL or
-        // caller memory, which the kernel checks (EFAULT).
-        check(unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) })
+        // SAFETY: each set and the timeout is NULL or valid caller memory per select(2).
+        unsafe { rsocket::rselect(nfds, readfds.as_mut(), writefds.as_mut(), exceptfds.as_mut(), timeout.as_ref()) }
     }
 }
 
@@ -130,20 +326,20 @@ mod tests {
     }
 
     #[test]
-    fn rsocket_calls_fail_with_enosys() {
+    fn unimplemented_and_unknown_rsockets_fail_cleanly() {
         // SAFETY: these stubs never touch their arguments.
         unsafe {
-            assert_eq!(rsocket(libc::AF_INET, libc::SOCK_STREAM, 0), -1);
-            assert_eq!(errno(), libc::ENOSYS);
+            assert_eq!(rsocket(libc::AF_UNIX, libc::SOCK_DGRAM, 0), -1);
+            assert_eq!(errno(), libc::EAFNOSUPPORT);
             assert_eq!(rsend(3, std::ptr::null(), 0, 0), -1);
-            assert_eq!(errno(), libc::ENOSYS);
+            assert_eq!(errno(), libc::EBADF);
             assert_eq!(riomap(3, std::ptr::null_mut(), 0, 0, 0, -1), -1);
-            assert_eq!(errno(), libc::ENOSYS);
+            assert_eq!(errno(), libc::EBADF);
             assert_eq!(rfcntl(3, libc::F_GETFL, 0), -1);
-            assert_eq!(errno(), libc::ENOSYS);
+            assert_eq!(errno(), libc::EBADF);
             Errno(0).set();
             assert_eq!(riowrite(3, std::ptr::null(), 1, 0, 0), usize::MAX);
-            assert_eq!(errno(), libc::ENOSYS);
+            assert_eq!(errno(), libc::EFAULT);
         }
     }
 

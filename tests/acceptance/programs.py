@@ -24,11 +24,20 @@ Success criteria (all must hold):
   * no `forbid` line: (who, regex).
 """
 
+import filecmp
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 HOST = "127.0.0.1"
+
+
+class _Keep(dict):
+    """Format values that leave an unknown `{name}` as it is (run.py --list shows commands
+    before a scenario's files exist)."""
+    def __missing__(self, key):
+        return "{" + key + "}"
 
 
 @dataclass
@@ -63,15 +72,20 @@ class Scenario:
     # Checks of the programs' results beyond the regexes: f(server output, client output) ->
     # list of problems (e.g. perftest's figures: iteration counts and non-zero results).
     check: Optional[Callable[[str, str], List[str]]] = None
+    # Files the programs work on: prepare(scratch dir) makes them and returns extra `{name}`
+    # substitutions for the commands; verify(those substitutions) -> list of problems (e.g. a
+    # copied file that differs from its source). Run by run.py around the pair.
+    prepare: Optional[Callable[[str], dict]] = None
+    verify: Optional[Callable[[dict], List[str]]] = None
     # Options both programs get across namespaces only (before a trailing "{host}").
     netns_args: List[str] = field(default_factory=list)
 
-    def argv(self, which, port, host=HOST, local=HOST, gid=0, netns=False):
+    def argv(self, which, port, host=HOST, local=HOST, gid=0, netns=False, files=None):
         cmd = list(self.server if which == "server" else self.client)
         if netns and self.netns_args:
             at = len(cmd) - 1 if cmd[-1] == "{host}" else len(cmd)
             cmd[at:at] = self.netns_args
-        return [a.format(port=port, host=host, local=local, gid=gid) for a in cmd]
+        return [a.format_map(_Keep(port=port, host=host, local=local, gid=gid, **(files or {}))) for a in cmd]
 
     def port_for(self, mode):
         return self.port + (1 if mode == "dropin" else 0) if self.port else 0
@@ -344,6 +358,101 @@ for prog in ("send_bw", "write_bw", "read_bw"):
         netns_args=["-x", "{gid}"],
     ))
     port += 2
+
+
+# --- issue 10: rsockets ----------------------------------------------------------------------
+# rstream prints one table row per size; -T v checks every byte it receives (and exits non-zero
+# on a mismatch). Both sides print the table.
+RSTREAM_ROW = r"^\S+\s+\d+[kmg]?\s+\d+[kmg]?\s+\d+\s+\d+[kmg]?\s+[\d.]+s\s+[\d.]+\s+[\d.]+\s*$"
+RSTREAM_FAIL = r"(?i)fail|error|mismatch|unable|refused|Segmentation"
+for suffix, extra, title, port in [
+        ("v", ["-T", "v", "-S", "1000000", "-C", "200"], "rstream -T v -S 1000000 -C 200: custom size, data verified", 7570),
+        ("v-small", ["-T", "v", "-S", "100", "-C", "5000"], "rstream -T v -S 100 -C 5000: small transfers, data verified", 7572),
+        ("b", ["-T", "b"], "rstream -T b: blocking calls, every size of the table", 7574),
+        ("a", ["-T", "a", "-S", "65536", "-C", "2000"], "rstream -T a: non-blocking with rpoll, 64 KiB", 7576),
+        ("n", ["-T", "n"], "rstream -T n: non-blocking (spinning on EAGAIN), every size", 7578),
+        ("r", ["-T", "r", "-S", "1000000", "-C", "100"], "rstream -T r: addresses resolved with rdma_getaddrinfo", 7580),
+        ("k", ["-k", "5", "-T", "v", "-S", "65536", "-C", "200"], "rstream -k 5: keepalive on, data verified", 7582)]:
+    add(Scenario(
+        name="rstream-" + suffix, issue=10, title=title,
+        server=["rstream", "-b", "{host}", "-p", "{port}"] + extra,
+        client=["rstream", "-s", "{host}", "-p", "{port}"] + extra,
+        port=port,
+        not_ready=r"rconnect|Connection refused",
+        timeout=90.0,
+        expect=[("both", r"^name\s+bytes\s+xfers"), ("both", RSTREAM_ROW)],
+        forbid=[("both", RSTREAM_FAIL)],
+    ))
+
+# riostream places data with riowrite into the peer's riomap'ed buffer and spins on its last
+# byte; -T v checks every byte. Its default table starts with 100000 64-byte round trips, each
+# needing both progress threads on a 2-core machine where both programs spin (minutes): the
+# scenarios use custom sizes instead.
+for suffix, extra, title, port in [
+        ("v", ["-T", "v", "-S", "65536", "-C", "1000"], "riostream -T v -S 65536 -C 1000: riomap/riowrite, data verified", 7586),
+        ("v-lat", ["-T", "v", "-S", "64", "-C", "1", "-I", "500"], "riostream -T v -S 64 -I 500: 500 riowrite round trips, verified", 7588)]:
+    add(Scenario(
+        name="riostream-" + suffix, issue=10, title=title,
+        server=["riostream", "-b", "{host}", "-p", "{port}"] + extra,
+        client=["riostream", "-s", "{host}", "-p", "{port}"] + extra,
+        port=port,
+        not_ready=r"rconnect|Connection refused",
+        timeout=90.0,
+        expect=[("both", r"^name\s+bytes\s+xfers"), ("both", RSTREAM_ROW)],
+        forbid=[("both", RSTREAM_FAIL)],
+    ))
+
+# udpong: SOCK_DGRAM rsockets (UD after a first datagram over UDP teaches each side the other's
+# QPN). The server never exits. Echo mode (-T e) answers every datagram and the client resends
+# after 1 ms without an answer; non-echo mode counts what arrived (UD may drop) and reports it.
+UDPONG_ROW = r"^custom\s+\d+[kmg]?\s+\d+[kmg]?\s+[\d.]+[kmg]?\s+[\d.]+s\s+[\d.]+\s+[\d.]+\s*$"
+for suffix, extra, title, port in [
+        ("echo", ["-T", "e", "-S", "64", "-C", "50"], "udpong -T e: 50 echoed datagrams (rsendto/rrecvfrom over UD)", 7590),
+        ("data", ["-S", "1000", "-C", "2000"], "udpong: 2000 datagrams one way, the server reports the count", 7592)]:
+    add(Scenario(
+        name="udpong-" + suffix, issue=10, title=title,
+        server=["udpong", "-b", "{host}", "-p", "{port}"],
+        client=["udpong", "-s", "{host}", "-p", "{port}"] + extra,
+        port=port,
+        server_exits=False,
+        timeout=30.0,
+        expect=[("client", r"^name\s+bytes\s+xfers"), ("client", UDPONG_ROW)],
+        forbid=[("both", r"(?i)fail|error|rsend|rrecv|rsocket|rbind")],
+    ))
+
+RCOPY_BYTES = 50 * 1000 * 1000
+
+
+def rcopy_files(tmp):
+    src, dst = os.path.join(tmp, "src.bin"), os.path.join(tmp, "dst.bin")
+    with open(src, "wb") as f:
+        f.write(os.urandom(RCOPY_BYTES))
+    return {"src": src, "dst": dst}
+
+
+def same_files(files):
+    src, dst = files["src"], files["dst"]
+    if not os.path.exists(dst):
+        return [f"rcopy: {dst} was not written"]
+    if not filecmp.cmp(src, dst, shallow=False):
+        return [f"rcopy: {dst} differs from {src} (sizes {os.path.getsize(src)}/{os.path.getsize(dst)})"]
+    return []
+
+
+add(Scenario(
+    name="rcopy", issue=10,
+    title="rcopy of a 50 MB random file over rsockets, then compared byte for byte",
+    server=["rcopy", "-p", "{port}"],
+    client=["rcopy", "{src}", "{host}:{dst}", "-p", "{port}"],
+    port=7584,
+    server_exits=False,           # rcopy's server waits for the next file until killed
+    not_ready=r"rconnect|Connection refused",
+    timeout=60.0,
+    prepare=rcopy_files,
+    verify=same_files,
+    expect=[("client", r"^50000000 bytes in [\d.]+ seconds"), ("server", r"50000000 bytes\.\.\.closing\.\.\.done")],
+    forbid=[("both", r"(?i)fail|error|refused")],
+))
 
 
 def by_name(name):

@@ -364,13 +364,16 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
         return "skip", [], ""
     # Fresh namespaces have every port free: the table's ports are used there.
     port = pick_port(sc, mode, fixed_ports or netns)
-    server_argv = place.argv(sc, "server", port)
-    client_argv = place.argv(sc, "client", port)
+    tmp = tempfile.mkdtemp(prefix=f"rdmashim-acc-{sc.name}-{mode}-")
+    files = sc.prepare(tmp) if sc.prepare else {}
+    server_argv = place.argv(sc, "server", port, files)
+    client_argv = place.argv(sc, "client", port, files)
     binaries = []
     for argv in (server_argv, client_argv):
         path = which(argv[0])
         if not path or not os.access(path, os.X_OK):
             log(f"SKIP: {argv[0]} is not installed")
+            shutil.rmtree(tmp, ignore_errors=True)
             return "skip", [], ""
         argv[0] = path
         if path not in binaries:
@@ -379,6 +382,7 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
 
     env, changes, problems = mode_env(mode, build_dir)
     if problems:
+        shutil.rmtree(tmp, ignore_errors=True)
         return "fail", problems, ""
     log(f"scenario {sc.name} ({sc.title}), mode {mode}" + (" across namespaces" if netns else ""))
     print(f"server: {shell_line(changes, [os.path.basename(server_argv[0])] + server_argv[1:])}")
@@ -389,9 +393,9 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
     for n in notes:
         print(n)
     if problems:
+        shutil.rmtree(tmp, ignore_errors=True)
         return "fail", problems, ""
 
-    tmp = tempfile.mkdtemp(prefix=f"rdmashim-acc-{sc.name}-{mode}-")
     server_out = os.path.join(tmp, "server.out")
     t0 = time.monotonic()
     def launch(which, argv, lddebug, out):
@@ -510,6 +514,8 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
     problems += check_output("server", srv_text, sc)
     if sc.check and attempts and attempts[-1][1] == 0:
         problems += sc.check(srv_text, attempts[-1][2])
+    if sc.verify and attempts and attempts[-1][1] == 0:
+        problems += sc.verify(files)
 
     loaded = {"server": run_pair.lddebug_loaded(os.path.join(tmp, "server.lddebug"))}
     if attempts:
