@@ -9,4 +9,5 @@ pub mod fdqueue;
 pub mod fork;
 pub mod ifaddrs;
 pub mod shm;
+pub mod socket;
 pub mod unix;

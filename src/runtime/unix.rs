@@ -3,6 +3,7 @@
 //! which is exactly the scope of "this host" for the tests' namespaces.
 
 use crate::errno::{check, check_size, Errno, Result};
+use crate::runtime::socket::kernel_socket;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 fn sockaddr(name: &str) -> Result<(libc::sockaddr_un, libc::socklen_t)> {
@@ -23,16 +24,7 @@ fn sockaddr(name: &str) -> Result<(libc::sockaddr_un, libc::socklen_t)> {
 
 /// Every socket is non-blocking: a peer that stops reading or writing must never block us.
 fn socket() -> Result<OwnedFd> {
-    // SAFETY: plain socket(2) call.
-    let fd = check(unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    })?;
-    // SAFETY: fd was just created and is owned here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    kernel_socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)
 }
 
 /// Binds a socket to an abstract name; `EADDRINUSE` if taken.
@@ -246,12 +238,11 @@ pub unsafe trait Pod: Copy {
 /// Binds a non-blocking datagram socket to an abstract name; `EADDRINUSE` if taken. The
 /// socket asks for the sender's credentials with every datagram (`SO_PASSCRED`).
 pub fn bind_dgram(name: &str) -> Result<OwnedFd> {
-    // SAFETY: plain socket(2) call.
-    let fd = check(unsafe {
-        libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)
-    })?;
-    // SAFETY: fd was just created and is owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = kernel_socket(
+        libc::AF_UNIX,
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        0,
+    )?;
     let one: libc::c_int = 1;
     // SAFETY: setting an int option from a valid int.
     check(unsafe {

@@ -170,12 +170,11 @@ fn last() -> Errno {
     Errno::last()
 }
 
-/// socket(2) by system call, not through the libc symbol: under Debian's librspreload (which
-/// interposes `socket` and turns INET sockets into rsockets) the UDP socket under a datagram
-/// rsocket must stay a kernel socket, or rsocket() would recurse into itself.
+/// A kernel UDP socket (by system call: librspreload interposes `socket`), as a raw descriptor
+/// the caller owns; -1 with errno set on failure.
 fn kernel_socket(domain: i32, ty: i32) -> i32 {
-    // SAFETY: the socket system call with integer arguments; it creates a descriptor we own.
-    unsafe { libc::syscall(libc::SYS_socket, domain, ty, 0) as i32 }
+    use std::os::fd::IntoRawFd;
+    crate::runtime::socket::kernel_socket(domain, ty, 0).map_or(-1, |fd| fd.into_raw_fd())
 }
 
 impl Dgram {

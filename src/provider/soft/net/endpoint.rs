@@ -9,8 +9,9 @@
 
 use crate::errno::{Errno, Result};
 use crate::runtime::fork;
+use crate::runtime::socket::kernel_socket;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 /// The QPN of `slot` on `port`, or `None` for the QPNs that never occur (0, 1, 0xFFFFFF).
@@ -110,12 +111,12 @@ fn setopt(fd: RawFd, level: i32, name: i32, v: i32) -> Result<()> {
 
 /// A dual-stack UDP socket on `[::]:0`, non-blocking, DF set, reporting destination addresses.
 fn bind_socket() -> Result<(OwnedFd, u16)> {
-    // SAFETY: plain socket creation.
-    let raw = check(unsafe {
-        libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
-    })?;
-    // SAFETY: raw is a descriptor we own from here on.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let fd = kernel_socket(
+        libc::AF_INET6,
+        libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        0,
+    )?;
+    let raw = fd.as_raw_fd();
     setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
     setopt(raw, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
     setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;

@@ -2,8 +2,9 @@
 //! network (RoCEv2 over UDP), and the path MTU the kernel's route towards it allows.
 
 use crate::provider::soft::roce::mtu;
+use crate::runtime::socket::kernel_socket;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 /// The IP address a GID stands for (IPv4-mapped GIDs are IPv4).
 pub fn ip_of_gid(gid: &[u8; 16]) -> IpAddr {
@@ -25,13 +26,7 @@ pub fn is_local(ip: IpAddr) -> bool {
 pub fn path_mtu(ip: IpAddr) -> Option<u32> {
     let v6 = ip.is_ipv6();
     let fam = if v6 { libc::AF_INET6 } else { libc::AF_INET };
-    // SAFETY: plain socket creation.
-    let raw = unsafe { libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return None;
-    }
-    // SAFETY: raw is a descriptor we own from here on.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let fd = kernel_socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0).ok()?;
     let dst = SocketAddr::new(ip, crate::provider::soft::roce::ROCE_UDP_PORT);
     let r = match dst {
         SocketAddr::V4(a) => {
