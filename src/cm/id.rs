@@ -1,12 +1,13 @@
 //! CM ids and the connection state machine.
 
+use super::carrier::{self, rendezvous_for, Carrier, Incoming};
 use super::channel::{Event, EventChannel, CHANNELS, EVENT_PRIVATE};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::handle::{pod_copy, CBox, CData, Registry};
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::engine;
-use crate::runtime::unix::{self, Pod};
+use crate::runtime::unix;
 use crate::sys::*;
 use crate::verbs::{device, objects, qp};
 use once_cell::sync::Lazy;
@@ -59,7 +60,10 @@ pub(super) struct IdState {
     /// The socket that holds our rendezvous name (listening or active side).
     bound: Option<Arc<OwnedFd>>,
     /// The CM connection of a connecting or connected id.
-    pub(super) conn: Option<Arc<OwnedFd>>,
+    pub(super) conn: Option<Carrier>,
+    /// The path MTU (`ibv_mtu`) of the route to the peer: the outgoing interface's, through
+    /// RoCE's rule; 4096 inside one namespace.
+    pub(super) path_mtu: u32,
     /// A listening id's acceptor (it stops accepting when dropped).
     acceptor: Option<Acceptor>,
     /// Events handed to the application (or queued) and not yet acknowledged.
@@ -238,17 +242,6 @@ pub(super) fn addr_from_wire(w: &[u8; 28]) -> SocketAddr {
     }
 }
 
-fn rendezvous(ps: u32, ip: IpAddr, port: u16) -> String {
-    rendezvous_for(ps, ip, port, false)
-}
-
-/// The rendezvous name of a bound id; an IPv6 wildcard with AFONLY gets its own name, which
-/// IPv4 connections do not try.
-fn rendezvous_for(ps: u32, ip: IpAddr, port: u16, v6only: bool) -> String {
-    let only = if v6only { "/v6only" } else { "" };
-    format!("rdmashim/cm/{ps:x}/{port}/{ip}{only}")
-}
-
 /// `true` if `ip` belongs to this host (a socket can bind to it).
 fn is_local(ip: IpAddr) -> bool {
     // The GID table answers, as it does for ibv_query_gid and UD sends (re-read on a miss).
@@ -325,6 +318,7 @@ impl CmId {
                 remote: None,
                 bound: None,
                 conn: None,
+                path_mtu: ibv_mtu::IBV_MTU_4096,
                 acceptor: None,
                 outstanding: 0,
                 disconnect_reported: false,
@@ -392,6 +386,10 @@ impl CmId {
 
     pub(super) fn channel(&self) -> Arc<EventChannel> {
         lock(&self.channel).clone()
+    }
+
+    pub(super) fn weak(&self) -> Weak<CmId> {
+        self.me.clone()
     }
 
     fn arc(&self) -> Arc<CmId> {
@@ -593,15 +591,20 @@ impl CmId {
     }
 
     pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
+        // A multicast group is "resolved" on this host: members are found when sending.
+        let here = (is_local(dst.ip()) && !dst.ip().is_unspecified()) || dst.ip().is_multicast();
+        // Elsewhere: the kernel's routing gives the source address and the interface MTU.
+        let route = if here { None } else { Some(super::net::route::resolve(dst.ip())) };
         {
             let mut st = lock(&self.st);
             match st.state {
                 State::Idle => {
-                    let local_ip = match (src, dst.ip()) {
-                        (Some(s), _) => s.ip(),
-                        (None, d) if is_local(d) && !d.is_unspecified() => d,
-                        (None, IpAddr::V4(_)) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                        (None, IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+                    let local_ip = match (src, dst.ip(), &route) {
+                        (Some(s), _, _) => s.ip(),
+                        (None, _, Some(Ok(r))) => r.src,
+                        (None, d, _) if here && !d.is_unspecified() => d,
+                        (None, IpAddr::V4(_), _) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                        (None, IpAddr::V6(_), _) => IpAddr::V6(Ipv6Addr::LOCALHOST),
                     };
                     if let Some(s) = src {
                         if s.is_ipv4() != dst.is_ipv4() {
@@ -615,21 +618,16 @@ impl CmId {
                 _ => return Err(Errno::EINVAL),
             }
             st.remote = Some(dst);
+            st.path_mtu = match &route {
+                Some(Ok(r)) => r.path_mtu,
+                _ => ibv_mtu::IBV_MTU_4096,
+            };
             // SAFETY: the live struct, under the state lock.
             unsafe { set_dst(self.raw.as_ptr(), &dst) };
         }
-        // A multicast group is "resolved" on this host: members are found when sending.
-        let reachable =
-            (is_local(dst.ip()) && !dst.ip().is_unspecified()) || dst.ip().is_multicast();
-        if !reachable {
-            // Other hosts are reached through the UDP transport of a later issue; until then the
-            // resolution fails as an unreachable host does.
-            self.post_event(
-                RDMA_CM_EVENT_ADDR_ERROR,
-                -libc::EHOSTUNREACH,
-                EventParams::default(),
-                None,
-            );
+        if let Some(Err(e)) = route {
+            // No route (ENETUNREACH, EHOSTUNREACH...): as rdma_cm reports it.
+            self.post_event(RDMA_CM_EVENT_ADDR_ERROR, -e.0, EventParams::default(), None);
             return self.complete();
         }
         {
@@ -641,7 +639,11 @@ impl CmId {
             // under the state lock.
             unsafe {
                 if local.ip().is_unspecified() && !dst.ip().is_multicast() {
-                    let l = SocketAddr::new(dst.ip(), local.port());
+                    let ip = match &route {
+                        Some(Ok(r)) => r.src,
+                        _ => dst.ip(),
+                    };
+                    let l = SocketAddr::new(ip, local.port());
                     set_src(r, &l);
                     st.local = Some(l);
                 }
@@ -676,7 +678,7 @@ impl CmId {
             path.reversible = 1;
             path.numb_path = 1;
             path.mtu_selector = 2;
-            path.mtu = ibv_mtu::IBV_MTU_4096 as u8;
+            path.mtu = st.path_mtu as u8;
             path.rate_selector = 2;
             path.rate = 7;
             path.packet_life_time_selector = 2;
@@ -730,18 +732,24 @@ impl CmId {
             }),
         )?);
         st.state = State::Listen;
+        drop(st);
+        super::net::listener_added();
         Ok(())
     }
 
     /// The first message on a connection to our listener: a request, or garbage (dropped).
     fn on_first_message(&self, conn: OwnedFd, first: &[u8]) {
+        if super::net::relay::is_relayed(first) {
+            super::net::on_relayed(self, first);
+            return;
+        }
         let Some(m) = proto::decode(first) else { return };
         match m.kind {
             proto::REQ => {
-                let _ = self.on_request(conn, m);
+                let _ = self.on_request(Incoming::Unix(conn), m);
             }
             proto::SIDR_REQ => {
-                let _ = self.on_sidr_request(conn, m);
+                let _ = self.on_sidr_request(Incoming::Unix(conn), m);
             }
             _ => {}
         }
@@ -762,6 +770,9 @@ impl CmId {
         st.remote = Some(remote);
         st.peer_qpn = m.qpn;
         st.remote_ece = (m.ece_vendor, m.ece_options);
+        if (1..=5).contains(&m.path_mtu) {
+            st.path_mtu = u32::from(m.path_mtu);
+        }
         let r = nid.raw.as_ptr();
         // SAFETY: raw writes of single fields of the live struct, under the new id's state lock
         // (not yet visible to the application).
@@ -783,7 +794,7 @@ impl CmId {
         Ok(nid)
     }
 
-    fn on_request(&self, conn: OwnedFd, m: Msg) -> Result<()> {
+    pub(super) fn on_request(&self, conn: Incoming, m: Msg) -> Result<()> {
         let nid = self.new_request_id(&m)?;
         {
             let mut st = lock(&nid.st);
@@ -796,7 +807,7 @@ impl CmId {
                 rnr_retry_count: m.rnr_retry_count,
             };
         }
-        nid.adopt_conn(conn)?;
+        nid.adopt_incoming(conn)?;
         self.post_event(
             RDMA_CM_EVENT_CONNECT_REQUEST,
             0,
@@ -815,46 +826,6 @@ impl CmId {
             Some(nid),
         );
         Ok(())
-    }
-
-    /// Takes ownership of a CM connection and watches it for messages and hang-up.
-    pub(super) fn adopt_conn(&self, conn: OwnedFd) -> Result<()> {
-        unix::set_nonblocking(conn.as_raw_fd())?;
-        let conn = Arc::new(conn);
-        let fd = conn.as_raw_fd();
-        lock(&self.st).conn = Some(conn.clone());
-        let me = self.me.clone();
-        engine()?.watch(
-            fd,
-            Arc::new(move |_| {
-                // Holding the Arc keeps the descriptor open (and its number ours) while we run.
-                let fd = conn.as_raw_fd();
-                let Some(id) = me.upgrade() else { return };
-                let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
-                loop {
-                    match unix::recv(fd, &mut buf) {
-                        Ok(Some((n, _))) => {
-                            if let Some(m) = proto::decode(&buf[..n]) {
-                                id.on_msg(m);
-                            }
-                        }
-                        Err(e) if e == Errno::EAGAIN => return,
-                        _ => {
-                            if let Ok(e) = engine() {
-                                e.unwatch(fd);
-                            }
-                            id.on_hangup();
-                            return;
-                        }
-                    }
-                }
-            }),
-        )
-    }
-
-    pub(super) fn send(&self, m: &Msg) -> Result<()> {
-        let conn = lock(&self.st).conn.clone().ok_or(Errno::ENOTCONN)?;
-        unix::send(conn.as_raw_fd(), m.as_bytes(), &[])
     }
 
     /// The QP attributes and mask that move a QP of this id to `state` (INIT, RTR or RTS),
@@ -893,7 +864,7 @@ impl CmId {
                 if peer_qpn == 0 {
                     return Err(Errno::EINVAL); // no peer yet
                 }
-                a.path_mtu = ibv_mtu::IBV_MTU_4096;
+                a.path_mtu = lock(&self.st).path_mtu;
                 a.dest_qp_num = peer_qpn;
                 a.rq_psn = 0;
                 a.max_dest_rd_atomic = params.responder_resources;
@@ -1127,7 +1098,23 @@ impl CmId {
         no_listener: u32,
         status: i32,
     ) -> Result<()> {
-        match self.dial(remote) {
+        if !is_local(remote.ip()) {
+            // Another namespace or host: InfiniBand CM MADs over RoCEv2.
+            let (local, mtu) = {
+                let st = lock(&self.st);
+                (st.local.ok_or(Errno::EINVAL)?, st.path_mtu)
+            };
+            let a = super::net::Assoc::active(self.ps, local, remote, mtu)?;
+            self.arc().adopt_assoc(a);
+            return match self.send(m) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    self.on_hangup(-e.0);
+                    Ok(())
+                }
+            };
+        }
+        match carrier::dial(self.ps, remote) {
             Ok(conn) => {
                 self.adopt_conn(conn)?;
                 match self.send(m) {
@@ -1143,33 +1130,6 @@ impl CmId {
                 Ok(())
             }
         }
-    }
-
-    /// Opens a CM connection to the listener for `remote`: the exact address first, then the
-    /// wildcards that cover it.
-    pub(super) fn dial(&self, remote: SocketAddr) -> Result<OwnedFd> {
-        let mut names = vec![rendezvous(self.ps, remote.ip(), remote.port())];
-        if remote.is_ipv4() {
-            names.push(rendezvous(self.ps, IpAddr::V4(Ipv4Addr::UNSPECIFIED), remote.port()));
-        }
-        names.push(rendezvous(self.ps, IpAddr::V6(Ipv6Addr::UNSPECIFIED), remote.port()));
-        if remote.is_ipv6() {
-            // An AFONLY [::] listener takes IPv6 connections only.
-            names.push(rendezvous_for(
-                self.ps,
-                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-                remote.port(),
-                true,
-            ));
-        }
-        let mut last = Errno::ECONNREFUSED;
-        for n in names {
-            match unix::connect(&n) {
-                Ok(fd) => return Ok(fd),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
     }
 
     pub fn establish(&self) -> Result<()> {
@@ -1239,7 +1199,7 @@ impl CmId {
         }
     }
 
-    fn on_msg(&self, m: Msg) {
+    pub(super) fn on_msg(&self, m: Msg) {
         let state = self.state();
         match (m.kind, state) {
             (proto::REP, State::Connecting) => {
@@ -1321,25 +1281,17 @@ impl CmId {
         }
     }
 
-    fn on_hangup(&self) {
+    /// The carrier is gone (unix hang-up, or a MAD retry budget ran out): `status` is the
+    /// negative errno the events report.
+    pub(super) fn on_hangup(&self, status: i32) {
         match self.state() {
             State::Connecting => {
                 lock(&self.st).state = State::Rejected;
-                self.post_event(
-                    RDMA_CM_EVENT_UNREACHABLE,
-                    -libc::ECONNRESET,
-                    EventParams::default(),
-                    None,
-                );
+                self.post_event(RDMA_CM_EVENT_UNREACHABLE, status, EventParams::default(), None);
             }
             State::Accepting => {
                 lock(&self.st).state = State::Disconnected;
-                self.post_event(
-                    RDMA_CM_EVENT_CONNECT_ERROR,
-                    -libc::ECONNRESET,
-                    EventParams::default(),
-                    None,
-                );
+                self.post_event(RDMA_CM_EVENT_CONNECT_ERROR, status, EventParams::default(), None);
             }
             // UD ids are never connected: the SIDR exchange's connection just ends.
             State::Connected | State::Disconnecting | State::RespRcvd if !self.is_ud() => {
@@ -1347,7 +1299,9 @@ impl CmId {
             }
             _ => {}
         }
-        lock(&self.st).conn = None;
+        if let Some(c) = lock(&self.st).conn.take() {
+            c.close();
+        }
     }
 
     // --- endpoint and QP helpers -------------------------------------------------------------
@@ -1437,16 +1391,16 @@ impl CmId {
             st.destroyed = true;
             let dropped = ch.take_events_of(self).len();
             st.outstanding = st.outstanding.saturating_sub(dropped as u32);
-            st.acceptor = None;
+            if st.acceptor.take().is_some() {
+                super::net::listener_removed();
+            }
             (st.bound.take(), st.conn.take())
         };
-        if let Ok(e) = engine() {
-            if let Some(b) = &bound {
-                e.unwatch(b.as_raw_fd());
-            }
-            if let Some(c) = &conn {
-                e.unwatch(c.as_raw_fd());
-            }
+        if let (Some(b), Ok(e)) = (&bound, engine()) {
+            e.unwatch(b.as_raw_fd());
+        }
+        if let Some(c) = &conn {
+            c.close();
         }
         drop(bound);
         drop(conn);
