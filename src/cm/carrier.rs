@@ -45,9 +45,9 @@ pub(super) fn rendezvous_for(ps: u32, ip: IpAddr, port: u16, v6only: bool) -> St
     format!("rdmashim/cm/{ps:x}/{port}/{ip}{only}")
 }
 
-/// Opens a unix CM connection to the listener of port space `ps` for `remote`: the exact
-/// address first, then the wildcards that cover it.
-pub(super) fn dial(ps: u32, remote: SocketAddr) -> Result<OwnedFd> {
+/// The rendezvous names of the listeners of port space `ps` that take a connection to
+/// `remote`, most specific first: the exact address, then the wildcards that cover it.
+pub(super) fn listener_names(ps: u32, remote: SocketAddr) -> Vec<String> {
     let port = remote.port();
     let mut names = vec![rendezvous_for(ps, remote.ip(), port, false)];
     if remote.is_ipv4() {
@@ -58,8 +58,13 @@ pub(super) fn dial(ps: u32, remote: SocketAddr) -> Result<OwnedFd> {
         // An AFONLY [::] listener takes IPv6 connections only.
         names.push(rendezvous_for(ps, IpAddr::V6(Ipv6Addr::UNSPECIFIED), port, true));
     }
+    names
+}
+
+/// Opens a unix CM connection to the listener of port space `ps` for `remote`.
+pub(super) fn dial(ps: u32, remote: SocketAddr) -> Result<OwnedFd> {
     let mut last = Errno::ECONNREFUSED;
-    for n in names {
+    for n in listener_names(ps, remote) {
         match unix::connect(&n) {
             Ok(fd) => return Ok(fd),
             Err(e) => last = e,

@@ -88,6 +88,8 @@ pub(super) struct IdState {
     remote_ece: (u32, u32),
     /// `RDMA_OPTION_ID_REUSEADDR`: binding an address in use is allowed (only one may listen).
     reuseaddr: bool,
+    /// A listening id's rendezvous name (requests from other namespaces find it by name).
+    listen_name: Option<String>,
     /// Multicast groups joined: (group address, MGID, send-only).
     pub(super) joins: Vec<(SocketAddr, [u8; 16], bool)>,
 }
@@ -336,6 +338,7 @@ impl CmId {
                 local_ece: (0, 0),
                 remote_ece: (0, 0),
                 reuseaddr: false,
+                listen_name: None,
             }),
             acked: Condvar::new(),
             me: me.clone(),
@@ -732,8 +735,12 @@ impl CmId {
             }),
         )?);
         st.state = State::Listen;
+        let local = st.local.ok_or(Errno::EINVAL)?;
+        let v6only = st.afonly && local.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+        let name = rendezvous_for(self.ps, local.ip(), local.port(), v6only);
+        st.listen_name = Some(name.clone());
         drop(st);
-        super::net::listener_added();
+        super::net::listener_added(&name, self.me.clone());
         Ok(())
     }
 
@@ -1391,8 +1398,9 @@ impl CmId {
             st.destroyed = true;
             let dropped = ch.take_events_of(self).len();
             st.outstanding = st.outstanding.saturating_sub(dropped as u32);
-            if st.acceptor.take().is_some() {
-                super::net::listener_removed();
+            st.acceptor = None;
+            if let Some(n) = st.listen_name.take() {
+                super::net::listener_removed(&n);
             }
             (st.bound.take(), st.conn.take())
         };

@@ -56,6 +56,9 @@ struct Tables {
 static ENDPOINT: Mutex<Option<Arc<Endpoint>>> = Mutex::new(None);
 /// Listening ids of this process: while there are any, it tries to own port 4791.
 static LISTENERS: AtomicUsize = AtomicUsize::new(0);
+/// This process's listeners by rendezvous name: the owner of 4791 hands requests for them over
+/// directly (a burst of requests would overflow the listener's accept queue otherwise).
+static LOCAL: Mutex<Option<HashMap<String, Weak<CmId>>>> = Mutex::new(None);
 
 /// This generation's endpoint, opened on first use.
 pub fn endpoint() -> Result<Arc<Endpoint>> {
@@ -89,16 +92,21 @@ fn random_u32() -> u32 {
     r
 }
 
-/// A listening id started (it makes this process a candidate owner of port 4791).
-pub fn listener_added() {
+/// A listening id started on rendezvous `name` (it makes this process a candidate owner of
+/// port 4791).
+pub fn listener_added(name: &str, id: Weak<CmId>) {
+    lock(&LOCAL).get_or_insert_with(HashMap::new).insert(name.to_string(), id);
     LISTENERS.fetch_add(1, Ordering::SeqCst);
     if let Ok(ep) = endpoint() {
         ep.try_own_well_known();
     }
 }
 
-/// A listening id is gone.
-pub fn listener_removed() {
+/// The listening id on rendezvous `name` is gone.
+pub fn listener_removed(name: &str) {
+    if let Some(m) = lock(&LOCAL).as_mut() {
+        m.remove(name);
+    }
     let _ = LISTENERS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
 }
 
@@ -195,8 +203,21 @@ impl Endpoint {
     /// A request: to the process listening on its (port space, port, address), or refused.
     fn relay(&self, from: SocketAddr, to: SocketAddr, mad: &[u8; MAD_LEN], cm: &Cm) {
         let Some((_, req)) = translate::request_from_wire(&cm.msg) else { return };
+        let names = super::carrier::listener_names(req.ps, req.local);
+        let blob = relay::encode(from, to, mad);
+        for n in &names {
+            let local = lock(&LOCAL).as_ref().and_then(|m| m.get(n)).and_then(Weak::upgrade);
+            if let Some(l) = local {
+                return on_relayed(&l, &blob);
+            }
+        }
         if let Ok(fd) = super::carrier::dial(req.ps, req.local) {
-            let _ = unix::send(fd.as_raw_fd(), &relay::encode(from, to, mad), &[]);
+            let _ = unix::send(fd.as_raw_fd(), &blob, &[]);
+            return;
+        }
+        let bound = unix::bound_names("rdmashim/cm/");
+        if names.iter().any(|n| bound.contains(n)) {
+            // A listener exists but its queue is full: the requester's resend will get through.
             return;
         }
         // Nobody listens there: "invalid service id", as the IB CM answers.
