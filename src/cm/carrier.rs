@@ -126,7 +126,8 @@ impl CmId {
 
     /// Drops the id's carrier (SIDR needs none once answered).
     pub(super) fn drop_conn(&self) {
-        if let Some(c) = lock(&self.st).conn.take() {
+        let conn = lock(&self.st).conn.take();
+        if let Some(c) = conn {
             c.close();
         }
     }

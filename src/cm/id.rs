@@ -1306,7 +1306,8 @@ impl CmId {
             }
             _ => {}
         }
-        if let Some(c) = lock(&self.st).conn.take() {
+        let conn = lock(&self.st).conn.take();
+        if let Some(c) = conn {
             c.close();
         }
     }

@@ -17,6 +17,13 @@ Scenarios (one fixture, server in namespace a, client in namespace b):
   rejected            rdma_client to a port nobody listens on (a's port 4791 is owned by the
                       server's process): REJ "invalid service id" -> `rdma_connect: Connection
                       refused`.
+  relayed             two listening processes in a: the first owns port 4791, so cmtime's
+                      requests reach the second through the owner's relay (its rendezvous);
+                      then the owner is killed and the second takes 4791 over (it retries the
+                      bind each second): cmtime connects again.
+  lossy               nftables drops 5% of a's UDP (every port, both directions): `cmtime -c 20`
+                      still connects and disconnects everything (resends; repeated messages are
+                      answered again, never delivered twice); the rule must have dropped some.
   unreachable         rdma_client to a namespace where no rdmashim process runs (nobody owns
                       4791 there): the REQ goes unanswered; after the CM's retries the client
                       gets UNREACHABLE -> `rdma_connect: Connection timed out`, well within the
@@ -225,6 +232,46 @@ def rejected(r, fx):
             f"exit {rc}, {secs:.1f} s: {out.strip()}")
 
 
+def relayed(r, fx):
+    a, b = fx.hosts[0], fx.hosts[1]
+    owner = r.start(a, ["rdma_server", "-p", "7800"], 7800)
+    try:
+        cmtime(r, fx, a.ipv4, 7801, 20, "relayed: cmtime -c 20 through the owner of 4791")
+    finally:
+        owner.kill()
+        stop(owner)
+    # The cmtime server of the next call starts after the owner died: it binds 4791 at once.
+    # A takeover proper: a listener that was refused 4791 gets it when the owner exits.
+    owner = r.start(a, ["rdma_server", "-p", "7802"], 7802)
+    srv = r.start(a, ["cmtime", "-b", a.ipv4, "-p", "7803"], 7803)
+    try:
+        owner.kill()
+        stop(owner)
+        time.sleep(2.5)   # two of the survivor's one-second bind retries
+        rc, out, secs = r.run(b, ["cmtime", "-s", a.ipv4, "-p", "7803", "-c", "10"])
+    finally:
+        srv.kill()
+        stop(srv)
+    ok = rc == 0 and not re.search(r"^event: ", out, re.M) and "disconnecting" in out
+    r.check("relayed: the surviving listener took port 4791 over", ok,
+            f"exit {rc}, {secs:.1f} s" + ("" if ok else f"\n{out}"))
+
+
+def lossy(r, fx):
+    a = fx.hosts[0]
+    try:
+        rule = fx.drop_udp(a, 5, ports=(1, 65535)).install()
+    except fixture.Skip as e:
+        log(f"lossy: skipped ({e})")
+        return
+    try:
+        cmtime(r, fx, a.ipv4, 7900, 20, "lossy: cmtime -c 20 with 5% of a's UDP dropped")
+        dropped = rule.dropped()
+    finally:
+        rule.remove()
+    r.check("lossy: the rule dropped packets", dropped > 0, f"{dropped} dropped")
+
+
 def unreachable(r, fx):
     a, b = fx.hosts[0], fx.hosts[1]
     # Nothing of ours runs in a now: its kernel drops the REQ (port 4791 closed).
@@ -263,6 +310,8 @@ def main():
         cmtime(r, fx, a.ipv6, 7472, 20, "cmtime6: cmtime -c 20 over IPv6")
         pair(r, fx, args.require_data, tmp)
         rejected(r, fx)
+        relayed(r, fx)
+        lossy(r, fx)
         unreachable(r, fx)
     if r.failures:
         log(f"FAIL ({args.mode}): {', '.join(r.failures)}")
