@@ -237,3 +237,111 @@ pub struct Request {
     pub remote_id: u32,
     pub service_id: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(passive: bool) -> Ctx {
+        Ctx {
+            local_id: 0x1111_2222,
+            remote_id: if passive { 0x3333_4444 } else { 0 },
+            service_id: wire::service_id(wire::port_space::TCP, 7500),
+            local: "10.0.0.2:40000".parse().unwrap(),
+            remote: "10.0.0.1:7500".parse().unwrap(),
+            path_mtu: crate::sys::ibv_mtu::IBV_MTU_1024,
+            peer_qpn: 0x12_3456,
+            passive,
+        }
+    }
+
+    /// Through the encoder and decoder, as a peer receives it.
+    fn on_the_wire(w: wire::Msg) -> wire::Msg {
+        let mut mad = [0u8; wire::MAD_LEN];
+        wire::encode(&Cm { tid: 7, msg: w }, &mut mad).unwrap();
+        wire::decode(&mad).unwrap().msg
+    }
+    use wire::Cm;
+
+    #[test]
+    fn req_carries_the_ip_header_and_user_data_to_the_listener() {
+        let mut m = Msg::new(proto::REQ);
+        m.qpn = 0x00ab_cdef;
+        m.responder_resources = 4;
+        m.initiator_depth = 2;
+        m.retry_count = 6;
+        m.rnr_retry_count = 7;
+        m.srq = 1;
+        let user = [0x5a; proto::REQ_PRIVATE];
+        m.private[..user.len()].copy_from_slice(&user);
+        m.private_len = user.len() as u32;
+        let w = on_the_wire(to_wire(&m, &ctx(false)).unwrap());
+        let wire::Msg::Req(r) = &w else { panic!("not a REQ") };
+        assert_eq!(r.path_mtu, 3);
+        assert_eq!(r.local_comm_id, 0x1111_2222);
+        let (got, req) = request_from_wire(&w).unwrap();
+        assert_eq!(req.ps, u32::from(wire::port_space::TCP));
+        assert_eq!(req.local, "10.0.0.1:7500".parse().unwrap());
+        assert_eq!(req.remote, "10.0.0.2:40000".parse().unwrap());
+        assert_eq!(req.remote_id, 0x1111_2222);
+        assert_eq!(got.private_data(), &user[..]);
+        assert_eq!(
+            (got.qpn, got.responder_resources, got.initiator_depth, got.srq),
+            (0x00ab_cdef, 4, 2, 1)
+        );
+        assert_eq!((got.retry_count, got.rnr_retry_count, got.path_mtu), (6, 7, 3));
+    }
+
+    #[test]
+    fn too_much_private_data_is_refused() {
+        let mut m = Msg::new(proto::REQ);
+        m.qpn = 1;
+        m.private_len = (proto::REQ_PRIVATE + 1) as u32;
+        assert_eq!(to_wire(&m, &ctx(false)).unwrap_err(), Errno::EINVAL);
+    }
+
+    #[test]
+    fn a_request_that_is_not_rdma_cm_is_not_taken() {
+        let mut m = Msg::new(proto::REQ);
+        m.qpn = 1;
+        let w = to_wire(&m, &ctx(false)).unwrap();
+        let wire::Msg::Req(mut r) = w else { panic!() };
+        r.private_data.0[0] = 1; // IP header version
+        assert!(request_from_wire(&wire::Msg::Req(r)).is_none());
+        r.private_data.0[0] = 0;
+        r.local_qpn = 0;
+        assert!(request_from_wire(&wire::Msg::Req(r)).is_none());
+        r.local_qpn = 1;
+        r.service_id = 1 << 40; // not (port space << 16 | port)
+        assert!(request_from_wire(&wire::Msg::Req(r)).is_none());
+    }
+
+    #[test]
+    fn replies_map_back() {
+        let mut rej = Msg::new(proto::REJ);
+        rej.status = proto::REJ_CONSUMER;
+        rej.private[..3].copy_from_slice(b"no!");
+        rej.private_len = 3;
+        let w = on_the_wire(to_wire(&rej, &ctx(true)).unwrap());
+        let wire::Msg::Rej(r) = &w else { panic!() };
+        assert_eq!(r.message_rejected, msgs::MsgRef::Req);
+        assert_eq!(r.remote_comm_id, 0x3333_4444);
+        let back = from_wire(&w).unwrap();
+        assert_eq!(back.status, proto::REJ_CONSUMER);
+        assert_eq!(&back.private_data()[..3], b"no!");
+        assert_eq!(back.private_data().len(), msgs::REJ_PRIVATE);
+
+        let mut rep = Msg::new(proto::SIDR_REP);
+        rep.qpn = 77;
+        rep.qkey = crate::cm::ud::UDP_QKEY;
+        let back = from_wire(&on_the_wire(to_wire(&rep, &ctx(true)).unwrap())).unwrap();
+        assert_eq!(
+            (back.kind, back.qpn, back.qkey, back.status),
+            (proto::SIDR_REP, 77, rep.qkey, 0)
+        );
+
+        let dreq = on_the_wire(to_wire(&Msg::new(proto::DREQ), &ctx(true)).unwrap());
+        let wire::Msg::Dreq(d) = dreq else { panic!() };
+        assert_eq!(d.remote_qpn, 0x12_3456);
+    }
+}
