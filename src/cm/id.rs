@@ -51,6 +51,18 @@ struct ConnParams {
     initiator_depth: u8,
     retry_count: u8,
     rnr_retry_count: u8,
+    /// Starting PSNs: ours (sent in the REQ or REP) and the peer's. Random across namespaces,
+    /// as the kernel's rdma_cm; 0 in one namespace (the unix carrier).
+    sq_psn: u32,
+    rq_psn: u32,
+}
+
+/// A random starting PSN (24 bits).
+fn random_psn() -> u32 {
+    let mut r: u32 = 0;
+    // SAFETY: getrandom into a valid 4-byte buffer.
+    unsafe { libc::getrandom((&mut r as *mut u32).cast(), 4, 0) };
+    r & 0x00ff_ffff
 }
 
 pub(super) struct IdState {
@@ -79,7 +91,7 @@ pub(super) struct IdState {
     /// CQs and channels `rdma_create_qp` created for this id.
     owned_cqs: Vec<usize>,
     owned_channels: Vec<usize>,
-    path: Option<Box<ibv_sa_path_rec>>,
+    pub(super) path: Option<Box<ibv_sa_path_rec>>,
     afonly: bool,
     /// `rdma_destroy_id` started: events for this id are discarded, as the kernel does.
     destroyed: bool,
@@ -139,7 +151,7 @@ pub fn cm_context() -> Result<*mut ibv_context> {
     cm_device().map(|(ctx, _)| ctx as *mut ibv_context)
 }
 
-fn cm_pd() -> Result<*mut ibv_pd> {
+pub(super) fn cm_pd() -> Result<*mut ibv_pd> {
     cm_device().map(|(_, pd)| pd as *mut ibv_pd)
 }
 
@@ -177,7 +189,7 @@ pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Result<SocketAddr> {
 ///
 /// # Safety
 /// `r` is a live `rdma_cm_id` and the caller holds its state lock (the only Rust writers).
-unsafe fn set_src(r: *mut rdma_cm_id, a: &SocketAddr) {
+pub(super) unsafe fn set_src(r: *mut rdma_cm_id, a: &SocketAddr) {
     // SAFETY: per the function's contract; a raw write of one field, no reference made.
     unsafe {
         std::ptr::addr_of_mut!((*r).route.addr.src_addr_union)
@@ -190,7 +202,7 @@ unsafe fn set_src(r: *mut rdma_cm_id, a: &SocketAddr) {
 ///
 /// # Safety
 /// As `set_src`.
-unsafe fn set_dst(r: *mut rdma_cm_id, a: &SocketAddr) {
+pub(super) unsafe fn set_dst(r: *mut rdma_cm_id, a: &SocketAddr) {
     // SAFETY: per the function's contract; a raw write of one field, no reference made.
     unsafe {
         std::ptr::addr_of_mut!((*r).route.addr.dst_addr_union)
@@ -245,7 +257,7 @@ pub(super) fn addr_from_wire(w: &[u8; 28]) -> SocketAddr {
 }
 
 /// `true` if `ip` belongs to this host (a socket can bind to it).
-fn is_local(ip: IpAddr) -> bool {
+pub(super) fn is_local(ip: IpAddr) -> bool {
     // The GID table answers, as it does for ibv_query_gid and UD sends (re-read on a miss).
     ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || device::is_local_ip(ip)
 }
@@ -544,7 +556,7 @@ impl CmId {
         self.bind_locked(&mut st, addr)
     }
 
-    fn bind_locked(&self, st: &mut IdState, addr: SocketAddr) -> Result<()> {
+    pub(super) fn bind_locked(&self, st: &mut IdState, addr: SocketAddr) -> Result<()> {
         if !is_local(addr.ip()) {
             return Err(Errno::EADDRNOTAVAIL);
         }
@@ -591,111 +603,6 @@ impl CmId {
             }
         }
         Ok(())
-    }
-
-    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
-        // A multicast group is "resolved" on this host: members are found when sending.
-        let here = (is_local(dst.ip()) && !dst.ip().is_unspecified()) || dst.ip().is_multicast();
-        // Elsewhere: the kernel's routing gives the source address and the interface MTU.
-        let route = if here { None } else { Some(super::net::route::resolve(dst.ip())) };
-        {
-            let mut st = lock(&self.st);
-            match st.state {
-                State::Idle => {
-                    let local_ip = match (src, dst.ip(), &route) {
-                        (Some(s), _, _) => s.ip(),
-                        (None, _, Some(Ok(r))) => r.src,
-                        (None, d, _) if here && !d.is_unspecified() => d,
-                        (None, IpAddr::V4(_), _) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                        (None, IpAddr::V6(_), _) => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                    };
-                    if let Some(s) = src {
-                        if s.is_ipv4() != dst.is_ipv4() {
-                            return Err(Errno::EINVAL);
-                        }
-                    }
-                    let port = src.map_or(0, |s| s.port());
-                    self.bind_locked(&mut st, SocketAddr::new(local_ip, port))?;
-                }
-                State::Bound => {}
-                _ => return Err(Errno::EINVAL),
-            }
-            st.remote = Some(dst);
-            st.path_mtu = match &route {
-                Some(Ok(r)) => r.path_mtu,
-                _ => ibv_mtu::IBV_MTU_4096,
-            };
-            // SAFETY: the live struct, under the state lock.
-            unsafe { set_dst(self.raw.as_ptr(), &dst) };
-        }
-        if let Some(Err(e)) = route {
-            // No route (ENETUNREACH, EHOSTUNREACH...): as rdma_cm reports it.
-            self.post_event(RDMA_CM_EVENT_ADDR_ERROR, -e.0, EventParams::default(), None);
-            return self.complete();
-        }
-        {
-            let mut st = lock(&self.st);
-            st.state = State::AddrResolved;
-            let local = st.local.expect("bound above");
-            let r = self.raw.as_ptr();
-            // SAFETY: raw writes of single fields of the live struct (C reads it meanwhile),
-            // under the state lock.
-            unsafe {
-                if local.ip().is_unspecified() && !dst.ip().is_multicast() {
-                    let ip = match &route {
-                        Some(Ok(r)) => r.src,
-                        _ => dst.ip(),
-                    };
-                    let l = SocketAddr::new(ip, local.port());
-                    set_src(r, &l);
-                    st.local = Some(l);
-                }
-                (*r).verbs = cm_context()?;
-                (*r).pd = cm_pd()?;
-                (*r).port_num = device::PORT;
-                (*r).route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&st.local.expect("set"));
-                (*r).route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&dst);
-                (*r).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
-            }
-        }
-        self.post_event(RDMA_CM_EVENT_ADDR_RESOLVED, 0, EventParams::default(), None);
-        self.complete()
-    }
-
-    pub fn resolve_route(&self) -> Result<()> {
-        {
-            let mut st = lock(&self.st);
-            if st.state != State::AddrResolved {
-                return Err(Errno::EINVAL);
-            }
-            // SAFETY: all-zero is a valid path record.
-            let mut path: Box<ibv_sa_path_rec> = Box::new(unsafe { std::mem::zeroed() });
-            let r = self.raw.as_ptr();
-            // SAFETY: a raw read of the live struct; the ibaddr union member is the one we
-            // filled at resolution.
-            let ib = unsafe { (*r).route.addr.addr.ibaddr };
-            path.sgid = ib.sgid;
-            path.dgid = ib.dgid;
-            path.pkey = ib.pkey;
-            path.hop_limit = 64;
-            path.reversible = 1;
-            path.numb_path = 1;
-            path.mtu_selector = 2;
-            path.mtu = st.path_mtu as u8;
-            path.rate_selector = 2;
-            path.rate = 7;
-            path.packet_life_time_selector = 2;
-            path.packet_life_time = 14;
-            // SAFETY: raw writes of single fields of the live struct, under the state lock.
-            unsafe {
-                (*r).route.path_rec = &mut *path;
-                (*r).route.num_paths = 1;
-            }
-            st.path = Some(path);
-            st.state = State::RouteResolved;
-        }
-        self.post_event(RDMA_CM_EVENT_ROUTE_RESOLVED, 0, EventParams::default(), None);
-        self.complete()
     }
 
     // --- passive side ------------------------------------------------------------------------
@@ -812,6 +719,8 @@ impl CmId {
                 initiator_depth: m.responder_resources,
                 retry_count: m.retry_count,
                 rnr_retry_count: m.rnr_retry_count,
+                sq_psn: if matches!(conn, Incoming::Mad(_)) { random_psn() } else { 0 },
+                rq_psn: m.psn & 0x00ff_ffff,
             };
         }
         nid.adopt_incoming(conn)?;
@@ -873,7 +782,7 @@ impl CmId {
                 }
                 a.path_mtu = lock(&self.st).path_mtu;
                 a.dest_qp_num = peer_qpn;
-                a.rq_psn = 0;
+                a.rq_psn = params.rq_psn;
                 a.max_dest_rd_atomic = params.responder_resources;
                 a.min_rnr_timer = 12;
                 a.ah_attr.is_global = 1;
@@ -896,7 +805,7 @@ impl CmId {
                 a.timeout = 14;
                 a.retry_cnt = params.retry_count;
                 a.rnr_retry = params.rnr_retry_count;
-                a.sq_psn = 0;
+                a.sq_psn = params.sq_psn;
                 a.max_rd_atomic = params.initiator_depth;
                 M::IBV_QP_STATE.0
                     | M::IBV_QP_TIMEOUT.0
@@ -989,6 +898,7 @@ impl CmId {
         }
         m.responder_resources = params.responder_resources;
         m.initiator_depth = params.initiator_depth;
+        m.psn = params.sq_psn;
         if let Err(e) = self.connect_qp(peer_qpn, params) {
             self.qp_to_error();
             return Err(e);
@@ -1048,11 +958,14 @@ impl CmId {
         let mut m = Msg::new(proto::REQ);
         m.qpn = qpn;
         (m.ece_vendor, m.ece_options) = lock(&self.st).local_ece;
+        let sq_psn = if is_local(remote.ip()) { 0 } else { random_psn() };
         let mut params = ConnParams {
             responder_resources: 0,
             initiator_depth: 0,
             retry_count: 7,
             rnr_retry_count: 7,
+            sq_psn,
+            rq_psn: 0,
         };
         let mut private = ep_data;
         if let Some(p) = p {
@@ -1066,6 +979,8 @@ impl CmId {
                 initiator_depth: if p.initiator_depth == 0xff { 128 } else { p.initiator_depth },
                 retry_count: p.retry_count.min(7),
                 rnr_retry_count: p.rnr_retry_count.min(7),
+                sq_psn,
+                rq_psn: 0,
             };
             // SAFETY: private_data holds private_data_len bytes per the man page.
             private.extend_from_slice(unsafe { private_slice(p.private_data, p.private_data_len) });
@@ -1083,6 +998,7 @@ impl CmId {
         m.private_len = private.len() as u32;
         m.responder_resources = params.responder_resources;
         m.initiator_depth = params.initiator_depth;
+        m.psn = params.sq_psn;
         m.retry_count = params.retry_count;
         m.rnr_retry_count = params.rnr_retry_count;
         m.src = addr_to_wire(&local);
@@ -1214,6 +1130,7 @@ impl CmId {
                     let mut st = lock(&self.st);
                     st.peer_qpn = m.qpn;
                     st.remote_ece = (m.ece_vendor, m.ece_options);
+                    st.params.rq_psn = m.psn & 0x00ff_ffff;
                 }
                 let reported = EventParams {
                     private: m.private_data(),

@@ -14,6 +14,7 @@ pub mod id;
 pub mod net;
 pub mod proto;
 pub mod qp;
+pub mod resolve;
 pub mod ud;
 pub mod wire;
 
