@@ -27,6 +27,10 @@ Scenarios (one fixture, server in namespace a, client in namespace b):
   lossy               nftables drops 5% of a's UDP (every port, both directions): `cmtime -c 20`
                       still connects and disconnects everything (resends; repeated messages are
                       answered again, never delivered twice); the rule must have dropped some.
+  vanished            c-tests/cm_vanish (--vanish-prog; linked to rdmashim, so run once per
+                      mode alike): connected across the namespaces, the server is SIGKILLed,
+                      then the client's rdma_disconnect: its DREQ is never answered, and the
+                      client must get DISCONNECTED after the CM's resends, not hang.
   unreachable         rdma_client to a namespace where no rdmashim process runs (nobody owns
                       4791 there): the REQ goes unanswered; after the CM's retries the client
                       gets UNREACHABLE -> `rdma_connect: Connection timed out`, well within the
@@ -307,6 +311,41 @@ def lossy(r, fx):
     r.check("lossy: the rule dropped packets", dropped > 0, f"{dropped} dropped")
 
 
+def vanished(r, fx, prog):
+    a, b = fx.hosts[0], fx.hosts[1]
+    port = "7950"
+    srv = fx.popen(a, [prog, "server", a.ipv4, port], stdout=subprocess.PIPE,
+                   stderr=subprocess.STDOUT, text=True, env=r.env)
+    cli = None
+    try:
+        deadline = time.monotonic() + 10
+        while not listening(srv.pid, port) and srv.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cli = fx.popen(b, [prog, "client", a.ipv4, port], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=r.env)
+        first = cli.stdout.readline()
+        if first.strip() != "established":
+            cli.kill()
+            r.check("vanished: connected", False, first + cli.communicate()[0])
+            return
+        srv.stdout.readline()          # the server's "established": its side is up too
+        srv.kill()
+        srv.wait()
+        try:
+            out = cli.communicate("go\n", timeout=TIMEOUT)[0]
+        except subprocess.TimeoutExpired:
+            cli.kill()
+            out = cli.communicate()[0] + "(hung)"
+        r.check("vanished: unanswered DREQ -> DISCONNECTED", cli.returncode == 0
+                and "disconnected after" in out, f"exit {cli.returncode}: {out.strip()}")
+    finally:
+        for p in (srv, cli):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def unreachable(r, fx):
     a, b = fx.hosts[0], fx.hosts[1]
     # Nothing of ours runs in a now: its kernel drops the REQ (port 4791 closed).
@@ -322,6 +361,7 @@ def main():
     ap.add_argument("--mode", choices=("preload", "dropin"), default="preload")
     ap.add_argument("--require-data", action="store_true",
                     help="the pair must also exchange its data (after the data path lands)")
+    ap.add_argument("--vanish-prog", help="c-tests/cm_vanish as built (scenario vanished)")
     args = ap.parse_args()
     try:
         fixture.require("tcpdump", "tshark")
@@ -348,6 +388,10 @@ def main():
         rejected(r, fx)
         relayed(r, fx)
         lossy(r, fx)
+        if args.vanish_prog:
+            vanished(r, fx, args.vanish_prog)
+        else:
+            log("vanished: skipped (no --vanish-prog)")
         unreachable(r, fx)
     if r.failures:
         log(f"FAIL ({args.mode}): {', '.join(r.failures)}")
