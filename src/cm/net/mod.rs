@@ -203,6 +203,9 @@ impl Endpoint {
     /// A request: to the process listening on its (port space, port, address), or refused.
     fn relay(&self, from: SocketAddr, to: SocketAddr, mad: &[u8; MAD_LEN], cm: &Cm) {
         let Some((_, req)) = translate::request_from_wire(&cm.msg) else { return };
+        if !addressed_as_sent(&req, from, to) {
+            return;
+        }
         let names = super::carrier::listener_names(req.ps, req.local);
         let blob = relay::encode(from, to, mad);
         for n in &names {
@@ -260,11 +263,20 @@ impl Endpoint {
     }
 }
 
+/// `true` if a request's rdma_cm IP header names the addresses its packet travelled between:
+/// otherwise a peer could reach a listener bound to an address it cannot send to (loopback).
+fn addressed_as_sent(req: &translate::Request, from: SocketAddr, to: SocketAddr) -> bool {
+    req.remote.ip() == from.ip() && req.local.ip() == to.ip()
+}
+
 /// A request relayed to `listener` (first message on its rendezvous, [`relay`]).
 pub fn on_relayed(listener: &CmId, blob: &[u8]) {
     let Some((from, to, mad)) = relay::decode(blob) else { return };
     let Ok(cm) = wire::decode(&mad) else { return };
     let Some((m, req)) = translate::request_from_wire(&cm.msg) else { return };
+    if !addressed_as_sent(&req, from, to) {
+        return;
+    }
     let Ok(ep) = endpoint() else { return };
     let dup = {
         let t = lock(&ep.tables);
@@ -524,5 +536,42 @@ impl Assoc {
             Ok(e) => e.after(timewait(), Box::new(forget)),
             Err(_) => forget(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(local: &str, remote: &str) -> translate::Request {
+        translate::Request {
+            ps: 0x106,
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            remote_id: 1,
+            service_id: wire::service_id(0x106, 7500),
+        }
+    }
+
+    #[test]
+    fn a_request_must_name_the_addresses_it_travelled_between() {
+        let from: SocketAddr = "10.0.0.2:50000".parse().unwrap();
+        let to: SocketAddr = "10.0.0.1:4791".parse().unwrap();
+        assert!(addressed_as_sent(&req("10.0.0.1:7500", "10.0.0.2:40000"), from, to));
+        // To a loopback-only listener from another host: refused.
+        assert!(!addressed_as_sent(&req("127.0.0.1:7500", "10.0.0.2:40000"), from, to));
+        // Claiming another requester's address: refused.
+        assert!(!addressed_as_sent(&req("10.0.0.1:7500", "10.0.0.3:40000"), from, to));
+    }
+
+    #[test]
+    fn replies_answer_the_message_they_reply_to() {
+        assert_eq!(answers(proto::REP, true), Some(attr::REQ));
+        assert_eq!(answers(proto::RTU, false), Some(attr::REP));
+        assert_eq!(answers(proto::REJ, true), Some(attr::REQ));
+        assert_eq!(answers(proto::REJ, false), Some(attr::REP));
+        assert_eq!(answers(proto::DREP, false), Some(attr::DREQ));
+        assert_eq!(answers(proto::DREQ, false), None);
+        assert_eq!(answers(proto::REQ, false), None);
     }
 }

@@ -4,7 +4,7 @@
 //! Sends name their source address the same way, so the ICRC we compute is the one on the wire.
 
 use crate::errno::{Errno, Result};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 fn check(r: libc::c_int) -> Result<libc::c_int> {
@@ -154,13 +154,10 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
         if msg.msg_flags & libc::MSG_TRUNC != 0 || sa.sin6_family != libc::AF_INET6 as u16 {
             continue;
         }
-        let from = SocketAddr::V6(SocketAddrV6::new(
-            Ipv6Addr::from(sa.sin6_addr.s6_addr),
+        let from = SocketAddr::new(
+            unmapped(Ipv6Addr::from(sa.sin6_addr.s6_addr)),
             u16::from_be(sa.sin6_port),
-            0,
-            0,
-        ));
-        let from = SocketAddr::new(unmapped(Ipv6Addr::from(sa.sin6_addr.s6_addr)), from.port());
+        );
         let mut to = None;
         // SAFETY: walking the control messages the kernel wrote into cbuf, within
         // msg_controllen; each data read is unaligned and of the type its level/type names.
