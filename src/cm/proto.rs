@@ -64,6 +64,9 @@ pub struct Msg {
 // SAFETY: repr(C) integers and byte arrays only.
 unsafe impl Pod for Msg {}
 
+// tests/hardening/common.py (`cm_msg`) builds this layout byte for byte: keep the two in step.
+const _: () = assert!(std::mem::size_of::<Msg>() == 292);
+
 impl Msg {
     pub fn new(kind: u32) -> Msg {
         Msg {
