@@ -78,7 +78,11 @@ impl Exchange {
         expects_answer: bool,
         retries: u8,
     ) -> Option<u64> {
-        self.last_answer = answers.map(|a| (a, s));
+        // A message that answers nothing (DREQ after our RTU) keeps the last answer: a REP
+        // resent because our RTU was lost still gets the RTU again.
+        if let Some(a) = answers {
+            self.last_answer = Some((a, s));
+        }
         self.epoch += 1;
         if expects_answer {
             self.awaiting = Some(Awaiting { sent: s, left: retries });
@@ -181,6 +185,8 @@ mod tests {
         assert_eq!(a.received(attr::REP), Verdict::Deliver);
         a.sent(sent(2), Some(attr::REP), false, 3);
         assert_eq!(a.received(attr::REP), Verdict::Resend(Box::new(sent(2))));
+        // Then we disconnect at once; the REP comes again: the RTU again, not the DREQ.
+        a.sent(sent(3), None, true, 3);
         assert_eq!(a.received(attr::REP), Verdict::Resend(Box::new(sent(2))));
     }
 
