@@ -1,12 +1,13 @@
 //! CM ids and the connection state machine.
 
+use super::carrier::{self, rendezvous_for, Carrier, Incoming};
 use super::channel::{Event, EventChannel, CHANNELS, EVENT_PRIVATE};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::handle::{pod_copy, CBox, CData, Registry};
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::engine;
-use crate::runtime::unix::{self, Pod};
+use crate::runtime::unix;
 use crate::sys::*;
 use crate::verbs::{device, objects, qp};
 use once_cell::sync::Lazy;
@@ -45,11 +46,23 @@ pub enum State {
 
 /// Connection parameters kept for the QP transitions.
 #[derive(Clone, Copy, Default)]
-struct ConnParams {
-    responder_resources: u8,
-    initiator_depth: u8,
-    retry_count: u8,
-    rnr_retry_count: u8,
+pub(super) struct ConnParams {
+    pub(super) responder_resources: u8,
+    pub(super) initiator_depth: u8,
+    pub(super) retry_count: u8,
+    pub(super) rnr_retry_count: u8,
+    /// Starting PSNs: ours (sent in the REQ or REP) and the peer's. Random across namespaces,
+    /// as the kernel's rdma_cm; 0 in one namespace (the unix carrier).
+    pub(super) sq_psn: u32,
+    pub(super) rq_psn: u32,
+}
+
+/// A random starting PSN (24 bits).
+fn random_psn() -> u32 {
+    let mut r: u32 = 0;
+    // SAFETY: getrandom into a valid 4-byte buffer.
+    unsafe { libc::getrandom((&mut r as *mut u32).cast(), 4, 0) };
+    r & 0x00ff_ffff
 }
 
 pub(super) struct IdState {
@@ -59,14 +72,17 @@ pub(super) struct IdState {
     /// The socket that holds our rendezvous name (listening or active side).
     bound: Option<Arc<OwnedFd>>,
     /// The CM connection of a connecting or connected id.
-    pub(super) conn: Option<Arc<OwnedFd>>,
+    pub(super) conn: Option<Carrier>,
+    /// The path MTU (`ibv_mtu`) of the route to the peer: the outgoing interface's, through
+    /// RoCE's rule; 4096 inside one namespace.
+    pub(super) path_mtu: u32,
     /// A listening id's acceptor (it stops accepting when dropped).
     acceptor: Option<Acceptor>,
     /// Events handed to the application (or queued) and not yet acknowledged.
     outstanding: u32,
     disconnect_reported: bool,
     pub(super) peer_qpn: u32,
-    params: ConnParams,
+    pub(super) params: ConnParams,
     /// `rdma_create_ep` on a passive id: the QP attributes and PD for `rdma_get_request`.
     ep_qp_attr: Option<CData<ibv_qp_init_attr>>,
     ep_pd: usize,
@@ -75,7 +91,7 @@ pub(super) struct IdState {
     /// CQs and channels `rdma_create_qp` created for this id.
     owned_cqs: Vec<usize>,
     owned_channels: Vec<usize>,
-    path: Option<Box<ibv_sa_path_rec>>,
+    pub(super) path: Option<Box<ibv_sa_path_rec>>,
     afonly: bool,
     /// `rdma_destroy_id` started: events for this id are discarded, as the kernel does.
     destroyed: bool,
@@ -84,6 +100,8 @@ pub(super) struct IdState {
     remote_ece: (u32, u32),
     /// `RDMA_OPTION_ID_REUSEADDR`: binding an address in use is allowed (only one may listen).
     reuseaddr: bool,
+    /// A listening id's rendezvous name (requests from other namespaces find it by name).
+    listen_name: Option<String>,
     /// Multicast groups joined: (group address, MGID, send-only).
     pub(super) joins: Vec<(SocketAddr, [u8; 16], bool)>,
 }
@@ -133,7 +151,7 @@ pub fn cm_context() -> Result<*mut ibv_context> {
     cm_device().map(|(ctx, _)| ctx as *mut ibv_context)
 }
 
-fn cm_pd() -> Result<*mut ibv_pd> {
+pub(super) fn cm_pd() -> Result<*mut ibv_pd> {
     cm_device().map(|(_, pd)| pd as *mut ibv_pd)
 }
 
@@ -171,7 +189,7 @@ pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Result<SocketAddr> {
 ///
 /// # Safety
 /// `r` is a live `rdma_cm_id` and the caller holds its state lock (the only Rust writers).
-unsafe fn set_src(r: *mut rdma_cm_id, a: &SocketAddr) {
+pub(super) unsafe fn set_src(r: *mut rdma_cm_id, a: &SocketAddr) {
     // SAFETY: per the function's contract; a raw write of one field, no reference made.
     unsafe {
         std::ptr::addr_of_mut!((*r).route.addr.src_addr_union)
@@ -184,7 +202,7 @@ unsafe fn set_src(r: *mut rdma_cm_id, a: &SocketAddr) {
 ///
 /// # Safety
 /// As `set_src`.
-unsafe fn set_dst(r: *mut rdma_cm_id, a: &SocketAddr) {
+pub(super) unsafe fn set_dst(r: *mut rdma_cm_id, a: &SocketAddr) {
     // SAFETY: per the function's contract; a raw write of one field, no reference made.
     unsafe {
         std::ptr::addr_of_mut!((*r).route.addr.dst_addr_union)
@@ -238,19 +256,8 @@ pub(super) fn addr_from_wire(w: &[u8; 28]) -> SocketAddr {
     }
 }
 
-fn rendezvous(ps: u32, ip: IpAddr, port: u16) -> String {
-    rendezvous_for(ps, ip, port, false)
-}
-
-/// The rendezvous name of a bound id; an IPv6 wildcard with AFONLY gets its own name, which
-/// IPv4 connections do not try.
-fn rendezvous_for(ps: u32, ip: IpAddr, port: u16, v6only: bool) -> String {
-    let only = if v6only { "/v6only" } else { "" };
-    format!("rdmashim/cm/{ps:x}/{port}/{ip}{only}")
-}
-
 /// `true` if `ip` belongs to this host (a socket can bind to it).
-fn is_local(ip: IpAddr) -> bool {
+pub(super) fn is_local(ip: IpAddr) -> bool {
     // The GID table answers, as it does for ibv_query_gid and UD sends (re-read on a miss).
     ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || device::is_local_ip(ip)
 }
@@ -325,6 +332,7 @@ impl CmId {
                 remote: None,
                 bound: None,
                 conn: None,
+                path_mtu: ibv_mtu::IBV_MTU_4096,
                 acceptor: None,
                 outstanding: 0,
                 disconnect_reported: false,
@@ -342,6 +350,7 @@ impl CmId {
                 local_ece: (0, 0),
                 remote_ece: (0, 0),
                 reuseaddr: false,
+                listen_name: None,
             }),
             acked: Condvar::new(),
             me: me.clone(),
@@ -392,6 +401,10 @@ impl CmId {
 
     pub(super) fn channel(&self) -> Arc<EventChannel> {
         lock(&self.channel).clone()
+    }
+
+    pub(super) fn weak(&self) -> Weak<CmId> {
+        self.me.clone()
     }
 
     fn arc(&self) -> Arc<CmId> {
@@ -543,7 +556,7 @@ impl CmId {
         self.bind_locked(&mut st, addr)
     }
 
-    fn bind_locked(&self, st: &mut IdState, addr: SocketAddr) -> Result<()> {
+    pub(super) fn bind_locked(&self, st: &mut IdState, addr: SocketAddr) -> Result<()> {
         if !is_local(addr.ip()) {
             return Err(Errno::EADDRNOTAVAIL);
         }
@@ -592,107 +605,6 @@ impl CmId {
         Ok(())
     }
 
-    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
-        {
-            let mut st = lock(&self.st);
-            match st.state {
-                State::Idle => {
-                    let local_ip = match (src, dst.ip()) {
-                        (Some(s), _) => s.ip(),
-                        (None, d) if is_local(d) && !d.is_unspecified() => d,
-                        (None, IpAddr::V4(_)) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                        (None, IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                    };
-                    if let Some(s) = src {
-                        if s.is_ipv4() != dst.is_ipv4() {
-                            return Err(Errno::EINVAL);
-                        }
-                    }
-                    let port = src.map_or(0, |s| s.port());
-                    self.bind_locked(&mut st, SocketAddr::new(local_ip, port))?;
-                }
-                State::Bound => {}
-                _ => return Err(Errno::EINVAL),
-            }
-            st.remote = Some(dst);
-            // SAFETY: the live struct, under the state lock.
-            unsafe { set_dst(self.raw.as_ptr(), &dst) };
-        }
-        // A multicast group is "resolved" on this host: members are found when sending.
-        let reachable =
-            (is_local(dst.ip()) && !dst.ip().is_unspecified()) || dst.ip().is_multicast();
-        if !reachable {
-            // Other hosts are reached through the UDP transport of a later issue; until then the
-            // resolution fails as an unreachable host does.
-            self.post_event(
-                RDMA_CM_EVENT_ADDR_ERROR,
-                -libc::EHOSTUNREACH,
-                EventParams::default(),
-                None,
-            );
-            return self.complete();
-        }
-        {
-            let mut st = lock(&self.st);
-            st.state = State::AddrResolved;
-            let local = st.local.expect("bound above");
-            let r = self.raw.as_ptr();
-            // SAFETY: raw writes of single fields of the live struct (C reads it meanwhile),
-            // under the state lock.
-            unsafe {
-                if local.ip().is_unspecified() && !dst.ip().is_multicast() {
-                    let l = SocketAddr::new(dst.ip(), local.port());
-                    set_src(r, &l);
-                    st.local = Some(l);
-                }
-                (*r).verbs = cm_context()?;
-                (*r).pd = cm_pd()?;
-                (*r).port_num = device::PORT;
-                (*r).route.addr.addr.ibaddr.sgid.raw = gid_of_addr(&st.local.expect("set"));
-                (*r).route.addr.addr.ibaddr.dgid.raw = gid_of_addr(&dst);
-                (*r).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
-            }
-        }
-        self.post_event(RDMA_CM_EVENT_ADDR_RESOLVED, 0, EventParams::default(), None);
-        self.complete()
-    }
-
-    pub fn resolve_route(&self) -> Result<()> {
-        {
-            let mut st = lock(&self.st);
-            if st.state != State::AddrResolved {
-                return Err(Errno::EINVAL);
-            }
-            // SAFETY: all-zero is a valid path record.
-            let mut path: Box<ibv_sa_path_rec> = Box::new(unsafe { std::mem::zeroed() });
-            let r = self.raw.as_ptr();
-            // SAFETY: a raw read of the live struct; the ibaddr union member is the one we
-            // filled at resolution.
-            let ib = unsafe { (*r).route.addr.addr.ibaddr };
-            path.sgid = ib.sgid;
-            path.dgid = ib.dgid;
-            path.pkey = ib.pkey;
-            path.hop_limit = 64;
-            path.reversible = 1;
-            path.numb_path = 1;
-            path.mtu_selector = 2;
-            path.mtu = ibv_mtu::IBV_MTU_4096 as u8;
-            path.rate_selector = 2;
-            path.rate = 7;
-            path.packet_life_time_selector = 2;
-            path.packet_life_time = 14;
-            // SAFETY: raw writes of single fields of the live struct, under the state lock.
-            unsafe {
-                (*r).route.path_rec = &mut *path;
-                (*r).route.num_paths = 1;
-            }
-            st.path = Some(path);
-            st.state = State::RouteResolved;
-        }
-        self.post_event(RDMA_CM_EVENT_ROUTE_RESOLVED, 0, EventParams::default(), None);
-        self.complete()
-    }
-
     // --- passive side ------------------------------------------------------------------------
 
     pub fn listen(&self, backlog: i32) -> Result<()> {
@@ -730,18 +642,28 @@ impl CmId {
             }),
         )?);
         st.state = State::Listen;
+        let local = st.local.ok_or(Errno::EINVAL)?;
+        let v6only = st.afonly && local.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+        let name = rendezvous_for(self.ps, local.ip(), local.port(), v6only);
+        st.listen_name = Some(name.clone());
+        drop(st);
+        super::net::listener_added(&name, self.me.clone());
         Ok(())
     }
 
     /// The first message on a connection to our listener: a request, or garbage (dropped).
     fn on_first_message(&self, conn: OwnedFd, first: &[u8]) {
+        if super::net::relay::is_relayed(first) {
+            super::net::on_relayed(self, first);
+            return;
+        }
         let Some(m) = proto::decode(first) else { return };
         match m.kind {
             proto::REQ => {
-                let _ = self.on_request(conn, m);
+                let _ = self.on_request(Incoming::Unix(conn), m);
             }
             proto::SIDR_REQ => {
-                let _ = self.on_sidr_request(conn, m);
+                let _ = self.on_sidr_request(Incoming::Unix(conn), m);
             }
             _ => {}
         }
@@ -762,6 +684,9 @@ impl CmId {
         st.remote = Some(remote);
         st.peer_qpn = m.qpn;
         st.remote_ece = (m.ece_vendor, m.ece_options);
+        if (1..=5).contains(&m.path_mtu) {
+            st.path_mtu = u32::from(m.path_mtu);
+        }
         let r = nid.raw.as_ptr();
         // SAFETY: raw writes of single fields of the live struct, under the new id's state lock
         // (not yet visible to the application).
@@ -783,7 +708,7 @@ impl CmId {
         Ok(nid)
     }
 
-    fn on_request(&self, conn: OwnedFd, m: Msg) -> Result<()> {
+    pub(super) fn on_request(&self, conn: Incoming, m: Msg) -> Result<()> {
         let nid = self.new_request_id(&m)?;
         {
             let mut st = lock(&nid.st);
@@ -794,9 +719,11 @@ impl CmId {
                 initiator_depth: m.responder_resources,
                 retry_count: m.retry_count,
                 rnr_retry_count: m.rnr_retry_count,
+                sq_psn: if matches!(conn, Incoming::Mad(_)) { random_psn() } else { 0 },
+                rq_psn: m.psn & 0x00ff_ffff,
             };
         }
-        nid.adopt_conn(conn)?;
+        nid.adopt_incoming(conn)?;
         self.post_event(
             RDMA_CM_EVENT_CONNECT_REQUEST,
             0,
@@ -815,161 +742,6 @@ impl CmId {
             Some(nid),
         );
         Ok(())
-    }
-
-    /// Takes ownership of a CM connection and watches it for messages and hang-up.
-    pub(super) fn adopt_conn(&self, conn: OwnedFd) -> Result<()> {
-        unix::set_nonblocking(conn.as_raw_fd())?;
-        let conn = Arc::new(conn);
-        let fd = conn.as_raw_fd();
-        lock(&self.st).conn = Some(conn.clone());
-        let me = self.me.clone();
-        engine()?.watch(
-            fd,
-            Arc::new(move |_| {
-                // Holding the Arc keeps the descriptor open (and its number ours) while we run.
-                let fd = conn.as_raw_fd();
-                let Some(id) = me.upgrade() else { return };
-                let mut buf = vec![0u8; std::mem::size_of::<Msg>()];
-                loop {
-                    match unix::recv(fd, &mut buf) {
-                        Ok(Some((n, _))) => {
-                            if let Some(m) = proto::decode(&buf[..n]) {
-                                id.on_msg(m);
-                            }
-                        }
-                        Err(e) if e == Errno::EAGAIN => return,
-                        _ => {
-                            if let Ok(e) = engine() {
-                                e.unwatch(fd);
-                            }
-                            id.on_hangup();
-                            return;
-                        }
-                    }
-                }
-            }),
-        )
-    }
-
-    pub(super) fn send(&self, m: &Msg) -> Result<()> {
-        let conn = lock(&self.st).conn.clone().ok_or(Errno::ENOTCONN)?;
-        unix::send(conn.as_raw_fd(), m.as_bytes(), &[])
-    }
-
-    /// The QP attributes and mask that move a QP of this id to `state` (INIT, RTR or RTS),
-    /// as the kernel's rdma_cm computes them: `rdma_init_qp_attr`, and our own transitions.
-    fn qp_attr_for(
-        &self,
-        state: u32,
-        peer_qpn: u32,
-        params: ConnParams,
-    ) -> Result<(ibv_qp_attr, u32)> {
-        use ibv_qp_attr_mask as M;
-        // SAFETY: all-zero is a valid ibv_qp_attr.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = state;
-        let ud = self.is_ud();
-        let mask = match state {
-            ibv_qp_state::IBV_QPS_INIT => {
-                a.port_num = device::PORT;
-                a.pkey_index = 0;
-                if ud {
-                    a.qkey = super::ud::UDP_QKEY;
-                    M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0
-                } else {
-                    a.qp_access_flags = crate::verbs::mr::ACCESS_REMOTE_WRITE
-                        | crate::verbs::mr::ACCESS_REMOTE_READ
-                        | crate::verbs::mr::ACCESS_REMOTE_ATOMIC;
-                    M::IBV_QP_STATE.0
-                        | M::IBV_QP_PKEY_INDEX.0
-                        | M::IBV_QP_PORT.0
-                        | M::IBV_QP_ACCESS_FLAGS.0
-                }
-            }
-            ibv_qp_state::IBV_QPS_RTR if ud => M::IBV_QP_STATE.0,
-            ibv_qp_state::IBV_QPS_RTR => {
-                let remote = lock(&self.st).remote.ok_or(Errno::EINVAL)?;
-                if peer_qpn == 0 {
-                    return Err(Errno::EINVAL); // no peer yet
-                }
-                a.path_mtu = ibv_mtu::IBV_MTU_4096;
-                a.dest_qp_num = peer_qpn;
-                a.rq_psn = 0;
-                a.max_dest_rd_atomic = params.responder_resources;
-                a.min_rnr_timer = 12;
-                a.ah_attr.is_global = 1;
-                a.ah_attr.port_num = device::PORT;
-                a.ah_attr.grh.dgid.raw = gid_of_addr(&remote);
-                a.ah_attr.grh.hop_limit = 64;
-                M::IBV_QP_STATE.0
-                    | M::IBV_QP_AV.0
-                    | M::IBV_QP_PATH_MTU.0
-                    | M::IBV_QP_DEST_QPN.0
-                    | M::IBV_QP_RQ_PSN.0
-                    | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
-                    | M::IBV_QP_MIN_RNR_TIMER.0
-            }
-            ibv_qp_state::IBV_QPS_RTS if ud => {
-                a.sq_psn = 0;
-                M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0
-            }
-            ibv_qp_state::IBV_QPS_RTS => {
-                a.timeout = 14;
-                a.retry_cnt = params.retry_count;
-                a.rnr_retry = params.rnr_retry_count;
-                a.sq_psn = 0;
-                a.max_rd_atomic = params.initiator_depth;
-                M::IBV_QP_STATE.0
-                    | M::IBV_QP_TIMEOUT.0
-                    | M::IBV_QP_RETRY_CNT.0
-                    | M::IBV_QP_RNR_RETRY.0
-                    | M::IBV_QP_SQ_PSN.0
-                    | M::IBV_QP_MAX_QP_RD_ATOMIC.0
-            }
-            _ => return Err(Errno::EINVAL),
-        };
-        Ok((a, mask))
-    }
-
-    /// `rdma_init_qp_attr`: for a QP the application creates and moves itself.
-    pub fn init_qp_attr(&self, state: u32) -> Result<(ibv_qp_attr, u32)> {
-        if self.raw.read().verbs.is_null() {
-            return Err(Errno::EINVAL); // not bound to a device yet
-        }
-        let (peer, params) = {
-            let st = lock(&self.st);
-            (st.peer_qpn, st.params)
-        };
-        self.qp_attr_for(state, peer, params)
-    }
-
-    /// Brings our QP (if any) through RTR to RTS towards the peer.
-    fn connect_qp(&self, peer_qpn: u32, params: ConnParams) -> Result<()> {
-        let qpp = self.raw.read().qp;
-        if qpp.is_null() {
-            return Ok(());
-        }
-        let Ok(q) = qp::lookup(qpp) else { return Ok(()) };
-        let (a, m) = self.qp_attr_for(ibv_qp_state::IBV_QPS_RTR, peer_qpn, params)?;
-        q.modify(&a, m)?;
-        let (a, m) = self.qp_attr_for(ibv_qp_state::IBV_QPS_RTS, peer_qpn, params)?;
-        q.modify(&a, m)
-    }
-
-    fn qp_to_error(&self) {
-        let qpp = self.raw.read().qp;
-        if let Ok(q) = qp::lookup(qpp) {
-            // SAFETY: all-zero is a valid ibv_qp_attr.
-            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-            a.qp_state = ibv_qp_state::IBV_QPS_ERR;
-            let _ = q.modify(&a, ibv_qp_attr_mask::IBV_QP_STATE.0);
-        }
-    }
-
-    pub(super) fn own_qpn(&self) -> Option<u32> {
-        let qpp = self.raw.read().qp;
-        qp::lookup(qpp).ok().map(|q| q.qpn)
     }
 
     pub fn accept(&self, p: Option<&rdma_conn_param>) -> Result<()> {
@@ -1011,6 +783,7 @@ impl CmId {
         }
         m.responder_resources = params.responder_resources;
         m.initiator_depth = params.initiator_depth;
+        m.psn = params.sq_psn;
         if let Err(e) = self.connect_qp(peer_qpn, params) {
             self.qp_to_error();
             return Err(e);
@@ -1070,11 +843,14 @@ impl CmId {
         let mut m = Msg::new(proto::REQ);
         m.qpn = qpn;
         (m.ece_vendor, m.ece_options) = lock(&self.st).local_ece;
+        let sq_psn = if is_local(remote.ip()) { 0 } else { random_psn() };
         let mut params = ConnParams {
             responder_resources: 0,
             initiator_depth: 0,
             retry_count: 7,
             rnr_retry_count: 7,
+            sq_psn,
+            rq_psn: 0,
         };
         let mut private = ep_data;
         if let Some(p) = p {
@@ -1088,6 +864,8 @@ impl CmId {
                 initiator_depth: if p.initiator_depth == 0xff { 128 } else { p.initiator_depth },
                 retry_count: p.retry_count.min(7),
                 rnr_retry_count: p.rnr_retry_count.min(7),
+                sq_psn,
+                rq_psn: 0,
             };
             // SAFETY: private_data holds private_data_len bytes per the man page.
             private.extend_from_slice(unsafe { private_slice(p.private_data, p.private_data_len) });
@@ -1105,6 +883,7 @@ impl CmId {
         m.private_len = private.len() as u32;
         m.responder_resources = params.responder_resources;
         m.initiator_depth = params.initiator_depth;
+        m.psn = params.sq_psn;
         m.retry_count = params.retry_count;
         m.rnr_retry_count = params.rnr_retry_count;
         m.src = addr_to_wire(&local);
@@ -1127,7 +906,23 @@ impl CmId {
         no_listener: u32,
         status: i32,
     ) -> Result<()> {
-        match self.dial(remote) {
+        if !is_local(remote.ip()) {
+            // Another namespace or host: InfiniBand CM MADs over RoCEv2.
+            let (local, mtu) = {
+                let st = lock(&self.st);
+                (st.local.ok_or(Errno::EINVAL)?, st.path_mtu)
+            };
+            let a = super::net::Assoc::active(self.ps, local, remote, mtu)?;
+            self.arc().adopt_assoc(a);
+            return match self.send(m) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    self.on_hangup(-e.0);
+                    Ok(())
+                }
+            };
+        }
+        match carrier::dial(self.ps, remote) {
             Ok(conn) => {
                 self.adopt_conn(conn)?;
                 match self.send(m) {
@@ -1143,33 +938,6 @@ impl CmId {
                 Ok(())
             }
         }
-    }
-
-    /// Opens a CM connection to the listener for `remote`: the exact address first, then the
-    /// wildcards that cover it.
-    pub(super) fn dial(&self, remote: SocketAddr) -> Result<OwnedFd> {
-        let mut names = vec![rendezvous(self.ps, remote.ip(), remote.port())];
-        if remote.is_ipv4() {
-            names.push(rendezvous(self.ps, IpAddr::V4(Ipv4Addr::UNSPECIFIED), remote.port()));
-        }
-        names.push(rendezvous(self.ps, IpAddr::V6(Ipv6Addr::UNSPECIFIED), remote.port()));
-        if remote.is_ipv6() {
-            // An AFONLY [::] listener takes IPv6 connections only.
-            names.push(rendezvous_for(
-                self.ps,
-                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-                remote.port(),
-                true,
-            ));
-        }
-        let mut last = Errno::ECONNREFUSED;
-        for n in names {
-            match unix::connect(&n) {
-                Ok(fd) => return Ok(fd),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
     }
 
     pub fn establish(&self) -> Result<()> {
@@ -1239,7 +1007,7 @@ impl CmId {
         }
     }
 
-    fn on_msg(&self, m: Msg) {
+    pub(super) fn on_msg(&self, m: Msg) {
         let state = self.state();
         match (m.kind, state) {
             (proto::REP, State::Connecting) => {
@@ -1247,6 +1015,7 @@ impl CmId {
                     let mut st = lock(&self.st);
                     st.peer_qpn = m.qpn;
                     st.remote_ece = (m.ece_vendor, m.ece_options);
+                    st.params.rq_psn = m.psn & 0x00ff_ffff;
                 }
                 let reported = EventParams {
                     private: m.private_data(),
@@ -1321,25 +1090,17 @@ impl CmId {
         }
     }
 
-    fn on_hangup(&self) {
+    /// The carrier is gone (unix hang-up, or a MAD retry budget ran out): `status` is the
+    /// negative errno the events report.
+    pub(super) fn on_hangup(&self, status: i32) {
         match self.state() {
             State::Connecting => {
                 lock(&self.st).state = State::Rejected;
-                self.post_event(
-                    RDMA_CM_EVENT_UNREACHABLE,
-                    -libc::ECONNRESET,
-                    EventParams::default(),
-                    None,
-                );
+                self.post_event(RDMA_CM_EVENT_UNREACHABLE, status, EventParams::default(), None);
             }
             State::Accepting => {
                 lock(&self.st).state = State::Disconnected;
-                self.post_event(
-                    RDMA_CM_EVENT_CONNECT_ERROR,
-                    -libc::ECONNRESET,
-                    EventParams::default(),
-                    None,
-                );
+                self.post_event(RDMA_CM_EVENT_CONNECT_ERROR, status, EventParams::default(), None);
             }
             // UD ids are never connected: the SIDR exchange's connection just ends.
             State::Connected | State::Disconnecting | State::RespRcvd if !self.is_ud() => {
@@ -1347,7 +1108,10 @@ impl CmId {
             }
             _ => {}
         }
-        lock(&self.st).conn = None;
+        let conn = lock(&self.st).conn.take();
+        if let Some(c) = conn {
+            c.close();
+        }
     }
 
     // --- endpoint and QP helpers -------------------------------------------------------------
@@ -1438,15 +1202,16 @@ impl CmId {
             let dropped = ch.take_events_of(self).len();
             st.outstanding = st.outstanding.saturating_sub(dropped as u32);
             st.acceptor = None;
+            if let Some(n) = st.listen_name.take() {
+                super::net::listener_removed(&n);
+            }
             (st.bound.take(), st.conn.take())
         };
-        if let Ok(e) = engine() {
-            if let Some(b) = &bound {
-                e.unwatch(b.as_raw_fd());
-            }
-            if let Some(c) = &conn {
-                e.unwatch(c.as_raw_fd());
-            }
+        if let (Some(b), Ok(e)) = (&bound, engine()) {
+            e.unwatch(b.as_raw_fd());
+        }
+        if let Some(c) = &conn {
+            c.close();
         }
         drop(bound);
         drop(conn);

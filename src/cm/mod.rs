@@ -7,11 +7,14 @@
 //! messages (REQ, REP, RTU, REJ, DREQ, DREP) travel over the connection the active side opens.
 
 pub mod addrinfo;
+pub mod carrier;
 pub mod channel;
 pub mod ep;
 pub mod id;
+pub mod net;
 pub mod proto;
 pub mod qp;
+pub mod resolve;
 pub mod ud;
 pub mod wire;
 

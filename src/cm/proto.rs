@@ -45,7 +45,11 @@ pub struct Msg {
     pub retry_count: u8,
     pub rnr_retry_count: u8,
     pub srq: u8,
-    pub _pad: [u8; 2],
+    /// REQ: the path MTU (`ibv_mtu`; 0 when the carrier has no path, i.e. one namespace).
+    pub path_mtu: u8,
+    pub _pad: [u8; 1],
+    /// REQ, REP: the sender's starting PSN (its QP's `sq_psn`).
+    pub psn: u32,
     /// SIDR: the responder's qkey.
     pub qkey: u32,
     /// Enhanced connection establishment options (`rdma_set_local_ece`), 0 when unset.
@@ -60,6 +64,9 @@ pub struct Msg {
 // SAFETY: repr(C) integers and byte arrays only.
 unsafe impl Pod for Msg {}
 
+// tests/hardening/common.py (`cm_msg`) builds this layout byte for byte: keep the two in step.
+const _: () = assert!(std::mem::size_of::<Msg>() == 292);
+
 impl Msg {
     pub fn new(kind: u32) -> Msg {
         Msg {
@@ -73,7 +80,9 @@ impl Msg {
             retry_count: 0,
             rnr_retry_count: 0,
             srq: 0,
-            _pad: [0; 2],
+            path_mtu: 0,
+            _pad: [0; 1],
+            psn: 0,
             qkey: 0,
             ece_vendor: 0,
             ece_options: 0,

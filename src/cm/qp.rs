@@ -1,11 +1,14 @@
 //! The QP and SRQ of a CM id: `rdma_create_qp` creates the completion channels and CQs the caller
 //! left out (depth = queue depth, `cq_context` = the id, as librdmacm) and brings the QP to where
 //! rdma_cm keeps it until connection: INIT for connected QPs, RTS with `RDMA_UDP_QKEY` for UD.
+//! Also the attributes the CM moves a QP with (`rdma_init_qp_attr` and its own transitions):
+//! the peer's QPN and starting PSN, our starting PSN, the path MTU, the negotiated depths.
 
-use super::id::CmId;
+use super::id::{gid_of_addr, lock, CmId, ConnParams};
 use crate::errno::{Errno, Result};
 use crate::sys::*;
 use crate::verbs::cq::{CompChannel, Cq};
+use crate::verbs::device;
 use crate::verbs::objects;
 use crate::verbs::qp::{self, Qp};
 use crate::verbs::srq::Srq;
@@ -160,6 +163,123 @@ impl CmId {
         }
         // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
         self.set_raw(|r| unsafe { (*r).srq = std::ptr::null_mut() });
+    }
+}
+
+impl CmId {
+    /// The QP attributes and mask that move a QP of this id to `state` (INIT, RTR or RTS),
+    /// as the kernel's rdma_cm computes them: `rdma_init_qp_attr`, and our own transitions.
+    pub(super) fn qp_attr_for(
+        &self,
+        state: u32,
+        peer_qpn: u32,
+        params: ConnParams,
+    ) -> Result<(ibv_qp_attr, u32)> {
+        use ibv_qp_attr_mask as M;
+        // SAFETY: all-zero is a valid ibv_qp_attr.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = state;
+        let ud = self.is_ud();
+        let mask = match state {
+            ibv_qp_state::IBV_QPS_INIT => {
+                a.port_num = device::PORT;
+                a.pkey_index = 0;
+                if ud {
+                    a.qkey = super::ud::UDP_QKEY;
+                    M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0
+                } else {
+                    a.qp_access_flags = crate::verbs::mr::ACCESS_REMOTE_WRITE
+                        | crate::verbs::mr::ACCESS_REMOTE_READ
+                        | crate::verbs::mr::ACCESS_REMOTE_ATOMIC;
+                    M::IBV_QP_STATE.0
+                        | M::IBV_QP_PKEY_INDEX.0
+                        | M::IBV_QP_PORT.0
+                        | M::IBV_QP_ACCESS_FLAGS.0
+                }
+            }
+            ibv_qp_state::IBV_QPS_RTR if ud => M::IBV_QP_STATE.0,
+            ibv_qp_state::IBV_QPS_RTR => {
+                let remote = lock(&self.st).remote.ok_or(Errno::EINVAL)?;
+                if peer_qpn == 0 {
+                    return Err(Errno::EINVAL); // no peer yet
+                }
+                a.path_mtu = lock(&self.st).path_mtu;
+                a.dest_qp_num = peer_qpn;
+                a.rq_psn = params.rq_psn;
+                a.max_dest_rd_atomic = params.responder_resources;
+                a.min_rnr_timer = 12;
+                a.ah_attr.is_global = 1;
+                a.ah_attr.port_num = device::PORT;
+                a.ah_attr.grh.dgid.raw = gid_of_addr(&remote);
+                a.ah_attr.grh.hop_limit = 64;
+                M::IBV_QP_STATE.0
+                    | M::IBV_QP_AV.0
+                    | M::IBV_QP_PATH_MTU.0
+                    | M::IBV_QP_DEST_QPN.0
+                    | M::IBV_QP_RQ_PSN.0
+                    | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
+                    | M::IBV_QP_MIN_RNR_TIMER.0
+            }
+            ibv_qp_state::IBV_QPS_RTS if ud => {
+                a.sq_psn = 0;
+                M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0
+            }
+            ibv_qp_state::IBV_QPS_RTS => {
+                a.timeout = 14;
+                a.retry_cnt = params.retry_count;
+                a.rnr_retry = params.rnr_retry_count;
+                a.sq_psn = params.sq_psn;
+                a.max_rd_atomic = params.initiator_depth;
+                M::IBV_QP_STATE.0
+                    | M::IBV_QP_TIMEOUT.0
+                    | M::IBV_QP_RETRY_CNT.0
+                    | M::IBV_QP_RNR_RETRY.0
+                    | M::IBV_QP_SQ_PSN.0
+                    | M::IBV_QP_MAX_QP_RD_ATOMIC.0
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        Ok((a, mask))
+    }
+
+    /// `rdma_init_qp_attr`: for a QP the application creates and moves itself.
+    pub fn init_qp_attr(&self, state: u32) -> Result<(ibv_qp_attr, u32)> {
+        if self.raw.read().verbs.is_null() {
+            return Err(Errno::EINVAL); // not bound to a device yet
+        }
+        let (peer, params) = {
+            let st = lock(&self.st);
+            (st.peer_qpn, st.params)
+        };
+        self.qp_attr_for(state, peer, params)
+    }
+
+    /// Brings our QP (if any) through RTR to RTS towards the peer.
+    pub(super) fn connect_qp(&self, peer_qpn: u32, params: ConnParams) -> Result<()> {
+        let qpp = self.raw.read().qp;
+        if qpp.is_null() {
+            return Ok(());
+        }
+        let Ok(q) = qp::lookup(qpp) else { return Ok(()) };
+        let (a, m) = self.qp_attr_for(ibv_qp_state::IBV_QPS_RTR, peer_qpn, params)?;
+        q.modify(&a, m)?;
+        let (a, m) = self.qp_attr_for(ibv_qp_state::IBV_QPS_RTS, peer_qpn, params)?;
+        q.modify(&a, m)
+    }
+
+    pub(super) fn qp_to_error(&self) {
+        let qpp = self.raw.read().qp;
+        if let Ok(q) = qp::lookup(qpp) {
+            // SAFETY: all-zero is a valid ibv_qp_attr.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = ibv_qp_state::IBV_QPS_ERR;
+            let _ = q.modify(&a, ibv_qp_attr_mask::IBV_QP_STATE.0);
+        }
+    }
+
+    pub(super) fn own_qpn(&self) -> Option<u32> {
+        let qpp = self.raw.read().qp;
+        qp::lookup(qpp).ok().map(|q| q.qpn)
     }
 }
 

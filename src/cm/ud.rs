@@ -7,12 +7,10 @@
 use super::id::{addr_to_wire, gid_of_addr, lock, private_slice, CmId, EventParams, State};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
-use crate::runtime::engine::engine;
 use crate::sys::*;
 use crate::verbs::{device, qp};
 use rdma_cm_event_type::*;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 
 /// The qkey of rdma_cm's UDP port space (`RDMA_UDP_QKEY`).
 pub const UDP_QKEY: u32 = 0x0123_4567;
@@ -39,9 +37,9 @@ impl CmId {
         self.raw.read().qp_type == ibv_qp_type::IBV_QPT_UD
     }
 
-    pub(super) fn on_sidr_request(&self, conn: std::os::fd::OwnedFd, m: Msg) -> Result<()> {
+    pub(super) fn on_sidr_request(&self, conn: super::carrier::Incoming, m: Msg) -> Result<()> {
         let nid = self.new_request_id(&m)?;
-        nid.adopt_conn(conn)?;
+        nid.adopt_incoming(conn)?;
         let remote = lock(&nid.st).remote.ok_or(Errno::EINVAL)?;
         self.post_event(
             RDMA_CM_EVENT_CONNECT_REQUEST,
@@ -111,14 +109,6 @@ impl CmId {
             },
             None,
         );
-    }
-
-    /// SIDR needs no connection once answered.
-    fn drop_conn(&self) {
-        let conn = lock(&self.st).conn.take();
-        if let (Some(c), Ok(e)) = (conn, engine()) {
-            e.unwatch(c.as_raw_fd());
-        }
     }
 
     /// UD accept: answers the SIDR request and returns at once, even for sync ids.

@@ -86,10 +86,10 @@ def same(expected, got):
         return expected.lower() == first.lower()
 
 
-def check_tshark(pcap, expect):
-    # The payloads are opaque bytes: turn off the heuristic dissectors that guess at what an
-    # InfiniBand payload or CM private data carries (RPC-over-RDMA, iSER, SMB Direct, ...),
-    # since a guess on arbitrary bytes reports "malformed" for a packet that is not.
+def infiniband_heuristics():
+    """The heuristic dissectors tshark runs on InfiniBand payloads (RPC-over-RDMA, iSER, SMB
+    Direct, ...). The payloads are opaque bytes: a guess on arbitrary bytes reports "malformed"
+    for a packet that is not, so checks turn them off (also tests/netns/cm_cross.py)."""
     heur = subprocess.run(["tshark", "-G", "heuristic-decodes"], capture_output=True, text=True)
     disable = []
     for line in heur.stdout.splitlines():
@@ -97,6 +97,11 @@ def check_tshark(pcap, expect):
         if len(cols) >= 3 and cols[0].startswith("infiniband") and cols[2] == "T" \
                 and cols[1] != "ethertype" and cols[1] not in disable:
             disable.append(cols[1])
+    return disable
+
+
+def check_tshark(pcap, expect):
+    disable = infiniband_heuristics()
     keys = sorted({k for e in expect for k in e})
     base = ["frame.number", "frame.protocols", "_ws.malformed", "_ws.expert.severity",
             "_ws.expert.message"]
