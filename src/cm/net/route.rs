@@ -6,9 +6,10 @@
 use super::udp::sockaddr6;
 use crate::errno::{Errno, Result};
 use crate::provider::soft::roce::{mtu, ROCE_UDP_PORT};
+use crate::runtime::socket::kernel_socket;
 use crate::sys::ibv_mtu;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 /// What the kernel's routing says about a destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,13 +22,7 @@ pub struct Route {
 
 /// Resolves `dst`: `ENETUNREACH` / `EHOSTUNREACH` (or another errno) if the kernel has no route.
 pub fn resolve(dst: IpAddr) -> Result<Route> {
-    // SAFETY: plain socket(2) call.
-    let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: fd was just created and is owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = kernel_socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)?;
     let sa = sockaddr6(SocketAddr::new(dst, ROCE_UDP_PORT));
     let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
     // SAFETY: sa is a valid sockaddr_in6 of length len. A UDP connect sends nothing.

@@ -4,8 +4,9 @@
 //! Sends name their source address the same way, so the ICRC we compute is the one on the wire.
 
 use crate::errno::{Errno, Result};
+use crate::runtime::socket::kernel_socket;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 fn check(r: libc::c_int) -> Result<libc::c_int> {
     if r < 0 {
@@ -53,12 +54,11 @@ pub fn sockaddr6(a: SocketAddr) -> libc::sockaddr_in6 {
 
 /// Opens a dual-stack UDP socket bound to `[::]:port` (0: an ephemeral port).
 pub fn open(port: u16) -> Result<OwnedFd> {
-    // SAFETY: plain socket(2) call.
-    let fd = check(unsafe {
-        libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
-    })?;
-    // SAFETY: fd was just created and is owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = kernel_socket(
+        libc::AF_INET6,
+        libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        0,
+    )?;
     let raw = fd.as_raw_fd();
     setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
     setopt(raw, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
