@@ -281,6 +281,15 @@ pub(super) fn gid_of_addr(a: &SocketAddr) -> [u8; 16] {
     device::gid_of(ip)
 }
 
+/// The GID table index of our address `local` (the source GID of the id's path): the network
+/// path sends from the sgid, so it must be the address the peer knows us by, not index 0
+/// (loopback). 0 when unknown (unbound, or a wildcard).
+pub(super) fn sgid_index_of(local: Option<SocketAddr>) -> u8 {
+    let Some(l) = local else { return 0 };
+    let gid = gid_of_addr(&l);
+    device::gid_lookup(|t| t.position(&gid)).and_then(|i| u8::try_from(i).ok()).unwrap_or(0)
+}
+
 /// The private data and parameters an event reports.
 #[derive(Default)]
 pub struct EventParams<'a> {

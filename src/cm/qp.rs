@@ -4,7 +4,7 @@
 //! Also the attributes the CM moves a QP with (`rdma_init_qp_attr` and its own transitions):
 //! the peer's QPN and starting PSN, our starting PSN, the path MTU, the negotiated depths.
 
-use super::id::{gid_of_addr, lock, CmId, ConnParams};
+use super::id::{gid_of_addr, lock, sgid_index_of, CmId, ConnParams};
 use crate::errno::{Errno, Result};
 use crate::sys::*;
 use crate::verbs::cq::{CompChannel, Cq};
@@ -211,6 +211,7 @@ impl CmId {
                 a.ah_attr.is_global = 1;
                 a.ah_attr.port_num = device::PORT;
                 a.ah_attr.grh.dgid.raw = gid_of_addr(&remote);
+                a.ah_attr.grh.sgid_index = sgid_index_of(lock(&self.st).local);
                 a.ah_attr.grh.hop_limit = 64;
                 M::IBV_QP_STATE.0
                     | M::IBV_QP_AV.0

@@ -4,7 +4,9 @@
 //! CONNECT_REQUEST with `param.ud`, and `rdma_accept` answers at once (no event on its side);
 //! the active side gets ESTABLISHED with the peer's address handle, QPN and qkey, or UNREACHABLE.
 
-use super::id::{addr_to_wire, gid_of_addr, lock, private_slice, CmId, EventParams, State};
+use super::id::{
+    addr_to_wire, gid_of_addr, lock, private_slice, sgid_index_of, CmId, EventParams, State,
+};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::sys::*;
@@ -16,12 +18,12 @@ use std::net::{IpAddr, SocketAddr};
 pub const UDP_QKEY: u32 = 0x0123_4567;
 
 /// The address handle attributes that reach `remote` from this host.
-fn ah_to(gid: [u8; 16]) -> ibv_ah_attr {
+fn ah_to(gid: [u8; 16], sgid_index: u8) -> ibv_ah_attr {
     // SAFETY: all-zero is a valid ibv_ah_attr.
     let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
     a.is_global = 1;
     a.grh.dgid.raw = gid;
-    a.grh.sgid_index = 0;
+    a.grh.sgid_index = sgid_index;
     a.grh.hop_limit = 64;
     a.port_num = device::PORT;
     a
@@ -40,7 +42,10 @@ impl CmId {
     pub(super) fn on_sidr_request(&self, conn: super::carrier::Incoming, m: Msg) -> Result<()> {
         let nid = self.new_request_id(&m)?;
         nid.adopt_incoming(conn)?;
-        let remote = lock(&nid.st).remote.ok_or(Errno::EINVAL)?;
+        let (remote, local) = {
+            let st = lock(&nid.st);
+            (st.remote.ok_or(Errno::EINVAL)?, st.local)
+        };
         self.post_event(
             RDMA_CM_EVENT_CONNECT_REQUEST,
             0,
@@ -48,7 +53,7 @@ impl CmId {
                 private: m.private_data(),
                 private_len: proto::SIDR_REQ_PRIVATE as u8,
                 qp_num: m.qpn,
-                ud: Some((ah_to(gid_of_addr(&remote)), m.qkey)),
+                ud: Some((ah_to(gid_of_addr(&remote), sgid_index_of(local)), m.qkey)),
                 ..Default::default()
             },
             Some(nid),
@@ -97,6 +102,7 @@ impl CmId {
         }
         lock(&self.st).state = State::Connected;
         let gid = remote.map_or([0; 16], |r| gid_of_addr(&r));
+        let sgid_index = sgid_index_of(lock(&self.st).local);
         self.post_event(
             RDMA_CM_EVENT_ESTABLISHED,
             0,
@@ -104,7 +110,7 @@ impl CmId {
                 private: m.private_data(),
                 private_len: proto::SIDR_REP_PRIVATE as u8,
                 qp_num: m.qpn,
-                ud: Some((ah_to(gid), m.qkey)),
+                ud: Some((ah_to(gid, sgid_index), m.qkey)),
                 ..Default::default()
             },
             None,
@@ -177,7 +183,7 @@ impl CmId {
         }
         let mgid = mgid_of(&addr);
         lock(&self.st).joins.push((addr, mgid, send_only));
-        let mut ah = ah_to(mgid);
+        let mut ah = ah_to(mgid, sgid_index_of(lock(&self.st).local));
         ah.dlid = 0xc000;
         let idp = self.ptr() as usize;
         let attach = move |e: &mut rdma_cm_event| {

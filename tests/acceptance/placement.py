@@ -39,9 +39,9 @@ class Placement:
         self.gid = {"server": gid_index(fx.hosts[0].ns, sip),
                     "client": gid_index(fx.hosts[1].ns, cip)}
 
-    def argv(self, sc, which, port):
+    def argv(self, sc, which, port, files=None):
         return sc.argv(which, port, host=self.ip["server"], local=self.ip[which],
-                       gid=self.gid[which], netns=self.fx is not None)
+                       gid=self.gid[which], netns=self.fx is not None, files=files)
 
     def popen_argv(self, which, argv, variables):
         """The command line that runs `argv` in its place with the program-only `variables`."""
