@@ -94,3 +94,29 @@ fn slow_receiver_after_a_pause_gets_no_duplicate_flood() {
     let need = n * u64::from(len / 1024);
     assert!(sent < need + need / 10, "{sent} packets sent for {need}: a duplicate flood");
 }
+
+/// A timeout sends one packet, the oldest unacknowledged with AckReq; when its answer shows
+/// the receiver had everything, nothing else is sent again.
+#[test]
+fn a_timeout_resends_one_probe_and_nothing_more_when_nothing_was_lost() {
+    let mut c = RcConfig::new(0x11, 0x22, 100, 200);
+    c.timeout = 8;
+    let mut s = Sim::new(c, 1, Faults::NONE);
+    s.cut = Some(Box::new(|from, _| from == 1)); // every response lost for now
+    let len = 20 * 1024u32;
+    let src = s.n[0].mem.region(1, 0, len as usize, RW);
+    let dst = s.n[1].mem.region(2, 0, len as usize, RW);
+    let sgl = s.n[0].mem.sgl(0, src, 0, len.into());
+    let rsgl = s.n[1].mem.sgl(1, dst, 0, len.into());
+    s.n[1].rq.q.push_back(Recv { wr_id: 9, sgl: rsgl, len });
+    s.post(0, wr(0, WrOp::Send, sgl, len));
+    let t = ack_timeout_ns(8).unwrap();
+    s.run(100_000, |s| s.now >= 3 * t);
+    let sent: Vec<_> = s.sent_by(0).iter().map(|p| (p.bth.psn(), p.bth.ack_req())).collect();
+    assert!(sent.len() > 20, "timeouts fired");
+    assert!(sent[20..].iter().all(|&p| p == (100, true)), "each timeout: one probe: {sent:?}");
+    s.cut = None;
+    assert!(s.run(100_000, |s| s.n[0].out.sends().len() == 1));
+    assert_all_sent(&s, 1);
+    assert_eq!(s.sent_by(0).len(), sent.len(), "the probe's answer showed nothing was lost");
+}
