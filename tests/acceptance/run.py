@@ -294,6 +294,10 @@ def mode_env(mode, build_dir):
                 problems.append(f"{os.path.join(d, n)} does not exist (build first)")
         changes["LD_LIBRARY_PATH"] = ":".join([d] + kept)
         changes["RDMASHIM_STUB_TRACE"] = "1"    # a vendor stub that is called says so
+    # Diagnostics asked for by the caller reach the programs in every placement.
+    for k in ("RDMASHIM_NET_DEBUG", "RDMASHIM_FAULTS"):
+        if k in os.environ:
+            changes[k] = os.environ[k]
     env.update(changes)
     # A sanitizer build (build-asan): its runtime must be loaded first, and the programs' own
     # leaks are not ours (lsan-programs.supp says how they are told apart).

@@ -53,15 +53,17 @@ def run(fx, prog, faults):
 
 
 def main():
-    if len(sys.argv) != 2:
+    # An optional second argument replaces the faulty run's RDMASHIM_FAULTS (heavier faults).
+    if len(sys.argv) not in (2, 3):
         raise SystemExit(__doc__)
+    faulty = sys.argv[2] if len(sys.argv) == 3 else FAULTS
     try:
         fixture.require()
     except fixture.Skip as e:
         print(f"SKIP: {e}")
         return fixture.SKIP
     ok = True
-    for faults in (None, FAULTS):
+    for faults in (None, faulty):
         with fixture.Fixture(hosts=2) as fx:
             ok &= run(fx, os.path.abspath(sys.argv[1]), faults)
     return 0 if ok else 1

@@ -6,6 +6,7 @@
 //! * [`rc`]: an RC QP's network path, the transport engine (`transport::RcQp`) joined to the
 //!   QP's memory keys, receive queue, CQs and the socket;
 //! * [`faults`]: `RDMASHIM_FAULTS`, drops/duplicates/reordering/delays on the send side;
+//! * [`trace`]: `RDMASHIM_NET_DEBUG`, an RC QP's last packets and engine state on a stall;
 //! * [`route`]: whether a GID is ours (same namespace: the shared-memory rings) and the path
 //!   MTU towards it.
 
@@ -14,6 +15,7 @@ pub mod faults;
 pub mod rc;
 pub mod recv;
 pub mod route;
+pub mod trace;
 
 use std::sync::OnceLock;
 use std::time::Instant;

@@ -102,6 +102,8 @@ pub struct NetRc {
     io: Io,
     /// Requests the engine's queue had no room for yet (posting order).
     pending: VecDeque<t::SendWr>,
+    /// `RDMASHIM_NET_DEBUG`: the last packets in and out, dumped with the engine's state.
+    trace: Option<super::trace::Trace>,
 }
 
 impl NetRc {
@@ -122,6 +124,7 @@ impl NetRc {
             book: RefCell::new(Book::default()),
             io: Io { sock, src: src_ip, dst, flow, buf: vec![0; mtu as usize + 256] },
             pending: VecDeque::new(),
+            trace: super::trace::Trace::from_env(),
         })
     }
 
@@ -152,7 +155,27 @@ impl NetRc {
         pkt: &Packet<'_>,
     ) -> Outcome {
         let now = super::now_ns();
-        self.run(ctx, rq, |rc, mem, q, out| rc.on_packet(pkt, now, mem, q, out))
+        self.note("in", pkt);
+        let ahead = self.rc.resp.stats.ahead;
+        let o = self.run(ctx, rq, |rc, mem, q, out| rc.on_packet(pkt, now, mem, q, out));
+        let a = self.rc.resp.stats.ahead;
+        if self.trace.is_some() && a != ahead && a.is_power_of_two() && a >= 64 {
+            self.dump("packets ahead dropped");
+        }
+        o
+    }
+
+    fn note(&mut self, dir: &str, p: &Packet<'_>) {
+        if let Some(t) = self.trace.as_mut() {
+            t.note(dir, p);
+        }
+    }
+
+    /// `RDMASHIM_NET_DEBUG`: the engine's state and the last packets (see `net::trace`).
+    fn dump(&self, why: &str) {
+        if let Some(t) = self.trace.as_ref() {
+            t.dump(self.cfg.qpn, why, &(&self.rc.req, &self.rc.resp));
+        }
     }
 
     /// Queues a send request (its local buffers were checked by the caller) and transmits.
@@ -191,11 +214,16 @@ impl NetRc {
         let posted = Posted { wr_id: w.wr_id, seq: w.seq, signaled: w.signaled || ctx.sig_all };
         self.book.get_mut().sends.push_back((posted, handle));
         self.pending.push_back(wr);
-        Ok(self.poll(ctx, rq))
+        // No timers here: ACKs may wait unread at the socket (the progress path reads first).
+        Ok(self.push(ctx, rq, false))
     }
 
-    /// Timers and transmission.
+    /// Timers and transmission; call after reading the socket.
     pub fn poll(&mut self, ctx: &Ctx<'_>, rq: &mut VecDeque<RecvWqe>) -> Outcome {
+        self.push(ctx, rq, true)
+    }
+
+    fn push(&mut self, ctx: &Ctx<'_>, rq: &mut VecDeque<RecvWqe>, timers: bool) -> Outcome {
         let now = super::now_ns();
         let mut pending = std::mem::take(&mut self.pending);
         let o = self.run(ctx, rq, |rc, mem, _q, out| {
@@ -208,7 +236,11 @@ impl NetRc {
                     }
                 }
             }
-            rc.poll(now, mem, out)
+            if timers {
+                rc.poll(now, mem, out)
+            } else {
+                rc.send_more(now, mem, out)
+            }
         });
         self.pending = pending;
         o
@@ -216,6 +248,7 @@ impl NetRc {
 
     /// The QP moves to ERR (or RESET): every request and taken receive completes flushed.
     pub fn flush(&mut self, ctx: &Ctx<'_>, rq: &mut VecDeque<RecvWqe>) {
+        self.dump("flush");
         let pending = std::mem::take(&mut self.pending);
         self.run(ctx, rq, |rc, _mem, _q, out| {
             rc.req.flush(out);
@@ -246,15 +279,31 @@ impl NetRc {
         let book = &self.book;
         let mut mem = Mem { keys: ctx.keys, book, access: ctx.access };
         let mut q = Rq { rq, srq: ctx.srq, book };
-        let mut out = Out { io: &mut self.io, book, ctx, moved: false, events: Vec::new() };
+        let mut out = Out {
+            io: &mut self.io,
+            book,
+            ctx,
+            moved: false,
+            events: Vec::new(),
+            trace: self.trace.as_mut(),
+        };
         f(&mut self.rc, &mut mem, &mut q, &mut out);
         let (moved, events) = (out.moved, out.events);
+        if self.rc.is_error() {
+            self.dump("engine error");
+        }
         Outcome {
             moved,
             events: events.into_iter().map(event_of).collect(),
             error: self.rc.is_error(),
             deadline: self.rc.next_deadline(),
         }
+    }
+}
+
+impl Drop for NetRc {
+    fn drop(&mut self) {
+        self.dump("destroyed");
     }
 }
 
@@ -468,6 +517,7 @@ impl t::RecvQueue for Rq<'_> {
 
 struct Out<'a> {
     io: &'a mut Io,
+    trace: Option<&'a mut super::trace::Trace>,
     book: &'a RefCell<Book>,
     ctx: &'a Ctx<'a>,
     moved: bool,
@@ -477,6 +527,9 @@ struct Out<'a> {
 impl t::Sink for Out<'_> {
     fn packet(&mut self, pkt: &Packet<'_>) {
         self.moved = true;
+        if let Some(t) = self.trace.as_mut() {
+            t.note("out", pkt);
+        }
         let Ok(n) = roce::encode(pkt, &self.io.flow, &mut self.io.buf) else { return };
         // A lost packet is the transport's to recover (retransmission), like one the wire drops.
         super::faults::send(&self.io.sock, &self.io.buf[..n], self.io.src, self.io.dst);

@@ -262,6 +262,11 @@ pub struct Sim {
     pub cut: Option<Cut>,
     /// Packets put on the wire by each node (after `cut`, before random faults).
     pub carried: [u32; 2],
+    /// A receiver's CPU: each node takes `service` ns per packet, one at a time in arrival
+    /// order (0: instantly), and takes none during `pause` = (node, from, until).
+    pub service: u64,
+    pub pause: Option<(usize, u64, u64)>,
+    busy: [u64; 2],
 }
 
 impl Sim {
@@ -289,6 +294,9 @@ impl Sim {
             flows: f,
             cut: None,
             carried: [0; 2],
+            service: 0,
+            pause: None,
+            busy: [0; 2],
         }
     }
 
@@ -324,9 +332,20 @@ impl Sim {
                 }
                 let copies = if self.rng.pct(self.faults.dup) { 2 } else { 1 };
                 for _ in 0..copies {
-                    let at = self.now + self.faults.delay + self.rng.below(self.faults.jitter);
+                    let mut at = self.now + self.faults.delay + self.rng.below(self.faults.jitter);
+                    let to = 1 - i;
+                    if self.service > 0 {
+                        at = at.max(self.busy[to]);
+                        if let Some((_, from, until)) = self.pause.filter(|p| p.0 == to) {
+                            if (from..until).contains(&at) {
+                                at = until;
+                            }
+                        }
+                        at += self.service;
+                        self.busy[to] = at;
+                    }
                     self.seq += 1;
-                    self.wire.push(Reverse((at, self.seq, 1 - i, b.clone())));
+                    self.wire.push(Reverse((at, self.seq, to, b.clone())));
                 }
             }
         }

@@ -16,6 +16,8 @@ pub mod ud;
 #[cfg(test)]
 mod harness;
 #[cfg(test)]
+mod tests_bulk;
+#[cfg(test)]
 mod tests_fuzz;
 #[cfg(test)]
 mod tests_rc;
@@ -44,7 +46,8 @@ impl RcQp {
         RcQp { req: Requester::new(cfg), resp: Responder::new(cfg) }
     }
 
-    /// A packet from the peer (then transmits what it allows, as [`RcQp::poll`]): responses (READ response, ACK, atomic ACK) go to the requester,
+    /// A packet from the peer (then transmits what the window allows): responses (READ
+    /// response, ACK, atomic ACK) go to the requester,
     /// everything else to the responder. Packets for another QP, another partition, or of
     /// another transport are dropped.
     pub fn on_packet(
@@ -72,8 +75,12 @@ impl RcQp {
             self.resp.on_request(pkt, mem, rq, out);
         }
         self.propagate_error(mem, out);
-        // An ACK may have opened the window, a NAK asked for a resend: transmit now.
-        self.poll(now, mem, out);
+        // An ACK may have opened the window, a NAK asked for a resend: transmit now. Timers
+        // are not run here: responses behind this one may still wait unread.
+        if !self.is_error() {
+            self.req.send_more(now, mem, out);
+            self.propagate_error(mem, out);
+        }
     }
 
     /// Posts a send work request (see [`Requester::post`]).
@@ -81,7 +88,17 @@ impl RcQp {
         self.req.post(wr, out)
     }
 
-    /// Timers and transmission: call after posting and when [`RcQp::next_deadline`] passes.
+    /// Transmits what the window allows, without running the timers (after a post).
+    pub fn send_more(&mut self, now: u64, mem: &mut impl Memory, out: &mut impl Sink) {
+        if self.is_error() {
+            return;
+        }
+        self.req.send_more(now, mem, out);
+        self.propagate_error(mem, out);
+    }
+
+    /// Timers and transmission: call when [`RcQp::next_deadline`] passes (after reading what
+    /// has arrived: a response waiting unread would otherwise look lost).
     pub fn poll(&mut self, now: u64, mem: &mut impl Memory, out: &mut impl Sink) {
         if self.is_error() {
             return;

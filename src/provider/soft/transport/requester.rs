@@ -40,10 +40,13 @@ impl std::fmt::Debug for Requester {
             .field("una", &self.una)
             .field("snd", &self.snd)
             .field("sent_hi", &self.sent_hi)
+            .field("cwnd", &self.cwnd)
             .field("timer", &self.timer)
             .field("rnr_wait", &self.rnr_wait)
             .field("rewound", &self.rewound)
             .field("error", &self.error)
+            .field("next_deadline", &self.next_deadline())
+            .field("stats", &self.stats)
             .field("sq", &self.sq.iter().take(3).collect::<Vec<_>>())
             .finish()
     }
@@ -63,6 +66,16 @@ pub struct Requester {
     sent_hi: u32,
     /// Retransmission deadline (ns), while packets are outstanding.
     timer: Option<u64>,
+    /// Packets beyond `una` we may have in flight now (at most `window`). A timeout drops it to
+    /// one: the receiver may only be slow (a busy host), not losing anything, and a whole
+    /// window sent again would queue a window of duplicates in front of new data there, make
+    /// the next ACK later still, and feed on itself until the retries run out. It doubles with
+    /// each ACK that makes progress.
+    cwnd: u32,
+    /// After a timeout: the PSN resent as a probe. If the next progress acknowledges more than
+    /// the probe, packets never resent since the timeout got there: nothing was lost, the
+    /// timeout was spurious, and sending resumes where it was (no window of duplicates).
+    probe: Option<u32>,
     retries: u8,
     rnr_left: u8,
     /// After an RNR NAK: transmission resumes (from `una`) at this time.
@@ -71,6 +84,18 @@ pub struct Requester {
     rewound: bool,
     error: bool,
     scratch: Vec<u8>,
+    pub stats: ReqStats,
+}
+
+/// What the requester has seen (for diagnostics: `RDMASHIM_NET_DEBUG`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReqStats {
+    pub sent: u64,
+    pub timeouts: u64,
+    pub acks: u64,
+    pub seq_naks: u64,
+    pub rnr_naks: u64,
+    pub stale: u64,
 }
 
 impl Requester {
@@ -85,12 +110,15 @@ impl Requester {
             snd: sq_psn,
             sent_hi: sq_psn,
             timer: None,
+            cwnd: cfg.window.max(1),
+            probe: None,
             retries: cfg.retry_cnt,
             rnr_left: cfg.rnr_retry,
             rnr_wait: None,
             rewound: false,
             error: false,
             scratch: vec![0; cfg.mtu() as usize],
+            stats: ReqStats::default(),
         }
     }
 
@@ -155,10 +183,28 @@ impl Requester {
                     return;
                 }
                 self.retries -= 1;
+                self.stats.timeouts += 1;
                 self.snd = self.una;
+                self.cwnd = 1;
+                self.probe = Some(self.una);
             }
         }
         self.transmit(now, mem, out);
+    }
+
+    /// Transmits what the window allows without running the timers: after a packet or a post,
+    /// when responses may still wait unread (timers run in [`Requester::poll`], which the
+    /// link calls after reading what has arrived).
+    pub fn send_more(&mut self, now: u64, mem: &mut impl Memory, out: &mut impl Sink) {
+        if self.error || self.rnr_wait.is_some() {
+            return;
+        }
+        self.transmit(now, mem, out);
+    }
+
+    /// Packets that may be in flight beyond `una` now.
+    fn limit(&self) -> u32 {
+        self.cfg.window.max(1).min(self.cwnd.max(1))
     }
 
     fn transmit(&mut self, now: u64, mem: &mut impl Memory, out: &mut impl Sink) {
@@ -168,7 +214,7 @@ impl Requester {
                 self.snd = self.una;
                 continue;
             }
-            if ahead as u32 >= self.cfg.window.max(1) {
+            if ahead as u32 >= self.limit() {
                 break;
             }
             let Some(i) = self.sq.iter().position(|w| psn::in_range(self.snd, w.first, w.npkts))
@@ -186,6 +232,7 @@ impl Requester {
             if !self.send_packet(&w, k, mem, out) {
                 return;
             }
+            self.stats.sent += 1;
             self.snd = if w.wr.op == WrOp::Read {
                 psn::add(w.first, w.npkts)
             } else {
@@ -268,7 +315,7 @@ impl Requester {
                 pkt.bth.set_se(ends && w.wr.solicited);
                 let every = self.cfg.ack_every.max(1);
                 // Also at the window's edge: nothing more goes out until this is ACKed.
-                let edge = psn::diff(p, self.una) + 1 >= self.cfg.window.max(1) as i32;
+                let edge = psn::diff(p, self.una) + 1 >= self.limit() as i32;
                 pkt.bth.set_ack_req(ends || edge || (k + 1) % every == 0);
                 pkt.payload = &self.scratch[..n];
                 out.packet(&pkt);
@@ -295,14 +342,19 @@ impl Requester {
         let p = pkt.bth.psn();
         let d = psn::diff(p, self.una);
         if d < 0 || d >= psn::diff(self.sent_hi, self.una) {
+            self.stats.stale += 1;
             return; // stale, or a PSN we never sent
         }
         let code = pkt.bth.opcode();
         if code == op::ACK {
             let Some(aeth) = pkt.ext.aeth else { return };
             match aeth.syndrome() {
-                Syndrome::Ack { .. } => self.ack_through(p, now, out),
+                Syndrome::Ack { .. } => {
+                    self.stats.acks += 1;
+                    self.ack_through(p, now, out)
+                }
                 Syndrome::RnrNak { timer } => {
+                    self.stats.rnr_naks += 1;
                     self.ack_through(psn::prev(p), now, out);
                     if self.una != p || self.error {
                         return;
@@ -319,6 +371,7 @@ impl Requester {
                     self.rnr_wait = Some(now.saturating_add(rnr_delay_ns(timer)));
                 }
                 Syndrome::Nak(NakCode::PsnSequenceError) => {
+                    self.stats.seq_naks += 1;
                     self.ack_through(psn::prev(p), now, out);
                     if self.una == p && self.rnr_wait.is_none() {
                         self.snd = p;
@@ -445,6 +498,13 @@ impl Requester {
 
     /// `una` advanced: reset the retry budgets and the timer, and complete what is done.
     fn progress(&mut self, now: u64, out: &mut impl Sink) {
+        self.cwnd = self.cwnd.saturating_mul(2).min(self.cfg.window.max(1));
+        if let Some(probe) = self.probe.take() {
+            if psn::diff(self.una, probe) > 1 {
+                self.cwnd = self.cfg.window.max(1);
+                self.snd = self.sent_hi;
+            }
+        }
         self.retries = self.cfg.retry_cnt;
         self.rnr_left = self.cfg.rnr_retry;
         self.rewound = false;

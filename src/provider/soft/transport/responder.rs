@@ -66,6 +66,32 @@ pub struct Responder {
     cache_next: usize,
     error: bool,
     scratch: Vec<u8>,
+    pub stats: RespStats,
+}
+
+/// What the responder has seen (for diagnostics: `RDMASHIM_NET_DEBUG`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RespStats {
+    pub executed: u64,
+    pub ahead: u64,
+    pub duplicates: u64,
+    pub acks: u64,
+    pub seq_naks: u64,
+    pub rnr_naks: u64,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("epsn", &self.epsn)
+            .field("msn", &self.msn)
+            .field("cur", &self.cur)
+            .field("nak_sent", &self.nak_sent)
+            .field("since_ack", &self.since_ack)
+            .field("error", &self.error)
+            .field("stats", &self.stats)
+            .finish()
+    }
 }
 
 impl Responder {
@@ -85,6 +111,7 @@ impl Responder {
             cache_next: 0,
             error: false,
             scratch: vec![0; cfg.mtu() as usize],
+            stats: RespStats::default(),
         }
     }
 
@@ -119,14 +146,18 @@ impl Responder {
         let p = pkt.bth.psn();
         let d = psn::diff(p, self.epsn);
         if d < 0 {
+            self.stats.duplicates += 1;
             self.duplicate(pkt, mem, out);
         } else if d > 0 {
+            self.stats.ahead += 1;
             if !self.nak_sent {
+                self.stats.seq_naks += 1;
                 self.nak_sent = true;
                 self.reply(op::ACK, self.epsn, Syndrome::Nak(NakCode::PsnSequenceError), out);
             }
         } else {
             self.nak_sent = false;
+            self.stats.executed += 1;
             if let Err(c) = self.execute(pkt, mem, rq, out) {
                 self.class_c(c, out);
             }
@@ -142,6 +173,7 @@ impl Responder {
 
     fn ack(&mut self, p: u32, out: &mut impl Sink) {
         self.since_ack = 0;
+        self.stats.acks += 1;
         self.reply(op::ACK, p, Syndrome::Ack { credits: NO_CREDITS }, out);
     }
 
@@ -400,6 +432,7 @@ impl Responder {
     /// message are dropped silently until it comes again).
     fn rnr(&mut self, out: &mut impl Sink) {
         self.nak_sent = true;
+        self.stats.rnr_naks += 1;
         self.reply(op::ACK, self.epsn, Syndrome::RnrNak { timer: self.min_rnr_timer }, out);
     }
 
