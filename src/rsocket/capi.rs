@@ -13,5 +13,5 @@ pub use crate::abi::rdma_cma::{
 pub use crate::abi::verbs::{
     ibv_ack_cq_events, ibv_create_ah, ibv_create_comp_channel, ibv_create_cq, ibv_dereg_mr,
     ibv_destroy_ah, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_get_cq_event, ibv_modify_qp,
-    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_reg_mr, ibv_req_notify_cq,
+    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_query_gid, ibv_reg_mr, ibv_req_notify_cq,
 };

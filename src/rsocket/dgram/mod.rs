@@ -177,6 +177,30 @@ fn kernel_socket(domain: i32, ty: i32) -> i32 {
     crate::runtime::socket::kernel_socket(domain, ty, 0).map_or(-1, |fd| fd.into_raw_fd())
 }
 
+/// The GID index of the address `id` is bound to (its source GID), as the AV's sgid: the
+/// network path sends from the sgid, so index 0 (loopback) would not reach another host.
+/// 0 if the table does not list it.
+///
+/// # Safety
+/// `id` is a live, bound CM id of ours.
+unsafe fn sgid_index(id: *mut rdma_cm_id, port: u8) -> u8 {
+    // SAFETY: the caller's id is live; a bound id's source GID was written at bind time.
+    let (verbs, sgid) = unsafe { ((*id).verbs, (*id).route.addr.addr.ibaddr.sgid.raw) };
+    for i in 0..=u8::MAX {
+        // SAFETY: all-zero is a valid ibv_gid.
+        let mut g: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: our context, a valid out pointer; past the table's end the call fails.
+        if unsafe { capi::ibv_query_gid(verbs, port, i32::from(i), &mut g) } != 0 {
+            break;
+        }
+        // SAFETY: raw is the byte view of the union.
+        if unsafe { g.raw } == sgid {
+            return i;
+        }
+    }
+    0
+}
+
 impl Dgram {
     pub fn create(domain: i32) -> Result<Dgram> {
         let fd = kernel_socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC);
@@ -378,6 +402,7 @@ impl Dgram {
         // SAFETY: our id (its port and PD); the attribute is on the stack.
         let ah = unsafe {
             attr.port_num = (*q.id).port_num.max(1);
+            attr.grh.sgid_index = sgid_index(q.id, attr.port_num);
             capi::ibv_create_ah((*q.id).pd, &mut attr)
         };
         if ah.is_null() {
