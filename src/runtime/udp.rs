@@ -93,6 +93,26 @@ pub fn local_port(fd: RawFd) -> Result<u16> {
     local_name(fd).map(|sa| u16::from_be(sa.sin6_port))
 }
 
+/// A msghdr naming `sa`, the one buffer `iov` and the first `controllen` bytes of `cbuf` (at
+/// most all of it; u64 alignment is enough for cmsghdr). It holds raw pointers to all three:
+/// the caller keeps them alive, and unmoved, until the system call returns.
+fn msghdr(
+    sa: &mut libc::sockaddr_in6,
+    iov: &mut libc::iovec,
+    cbuf: &mut [u64],
+    controllen: usize,
+) -> libc::msghdr {
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (sa as *mut libc::sockaddr_in6).cast();
+    msg.msg_namelen = SOCKADDR6_LEN;
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_controllen = controllen.min(std::mem::size_of_val(cbuf));
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg
+}
+
 /// Sends one datagram from `src` (an address of ours, pinned with `IPV6_PKTINFO`) to `dst`,
 /// without blocking (`EAGAIN` when the socket buffer is full).
 pub fn send_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[u8]) -> Result<()> {
@@ -102,18 +122,10 @@ pub fn send_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[u8]) -> Result
         ipi6_addr: libc::in6_addr { s6_addr: mapped(src).octets() },
         ipi6_ifindex: 0,
     };
-    // u64 alignment is enough for cmsghdr.
     let mut cbuf = [0u64; 8];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut sa as *mut libc::sockaddr_in6).cast();
-    msg.msg_namelen = SOCKADDR6_LEN;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE is a pure computation.
-    msg.msg_controllen =
-        unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::in6_pktinfo>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::in6_pktinfo>() as u32) };
+    let msg = msghdr(&mut sa, &mut iov, &mut cbuf, space as usize);
     // SAFETY: msg_control points at cbuf, large enough for one in6_pktinfo cmsg (64 bytes), so
     // the first header and its data lie inside it.
     unsafe {
@@ -146,14 +158,7 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
     // SAFETY: all-zero is a valid sockaddr_in6.
     let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
     let mut cbuf = [0u64; 16];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut sa as *mut libc::sockaddr_in6).cast();
-    msg.msg_namelen = SOCKADDR6_LEN;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    let mut msg = msghdr(&mut sa, &mut iov, &mut cbuf, usize::MAX);
     // SAFETY: msg describes valid buffers for the duration of the call.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
     if n < 0 {
