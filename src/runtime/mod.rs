@@ -1,6 +1,7 @@
 //! Process-wide runtime shared by the connection manager and the providers: the progress engine
 //! (one epoll thread, timers, doorbells), eventfd-backed queues, unix sockets with their accept,
-//! credential and fork plumbing, and shared memory. It names no higher layer.
+//! credential and fork plumbing, shared memory, and the dual-stack UDP sockets with their
+//! route lookup. It names no higher layer.
 
 pub mod accept;
 pub mod access;
@@ -10,4 +11,5 @@ pub mod fork;
 pub mod ifaddrs;
 pub mod shm;
 pub mod socket;
+pub mod udp;
 pub mod unix;

@@ -1,15 +1,13 @@
-//! Address and route resolution towards another namespace or host, with the kernel's routing:
-//! a UDP socket `connect`ed to the destination says which source address the kernel picks
-//! (`getsockname`) and the MTU of the route's interface (`IP_MTU` / `IPV6_MTU`). The path MTU
+//! Address and route resolution towards another namespace or host, with the kernel's routing
+//! ([`crate::runtime::udp::route`]: the source address the kernel picks and the MTU of the
+//! route's interface). The path MTU
 //! follows from that as RoCE's does ([`crate::provider::soft::roce::mtu`]: 1500 gives 1024).
 
-use super::udp::sockaddr6;
-use crate::errno::{Errno, Result};
+use crate::errno::Result;
 use crate::provider::soft::roce::{mtu, ROCE_UDP_PORT};
-use crate::runtime::socket::kernel_socket;
+use crate::runtime::udp;
 use crate::sys::ibv_mtu;
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::net::IpAddr;
 
 /// What the kernel's routing says about a destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,44 +20,10 @@ pub struct Route {
 
 /// Resolves `dst`: `ENETUNREACH` / `EHOSTUNREACH` (or another errno) if the kernel has no route.
 pub fn resolve(dst: IpAddr) -> Result<Route> {
-    let fd = kernel_socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)?;
-    let sa = sockaddr6(SocketAddr::new(dst, ROCE_UDP_PORT));
-    let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-    // SAFETY: sa is a valid sockaddr_in6 of length len. A UDP connect sends nothing.
-    if unsafe { libc::connect(fd.as_raw_fd(), (&sa as *const libc::sockaddr_in6).cast(), len) } < 0
-    {
-        return Err(Errno::last());
-    }
-    // SAFETY: all-zero is a valid sockaddr_in6.
-    let mut me: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    let mut mlen = len;
-    // SAFETY: me has room for mlen bytes.
-    if unsafe {
-        libc::getsockname(fd.as_raw_fd(), (&mut me as *mut libc::sockaddr_in6).cast(), &mut mlen)
-    } < 0
-    {
-        return Err(Errno::last());
-    }
-    let src = super::udp::unmapped(std::net::Ipv6Addr::from(me.sin6_addr.s6_addr));
-    let (level, name) = if dst.is_ipv4() {
-        (libc::IPPROTO_IP, libc::IP_MTU)
-    } else {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
-    };
-    let mut iface_mtu: libc::c_int = 0;
-    let mut ilen = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: reading an int option into a valid int.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&mut iface_mtu as *mut libc::c_int).cast(),
-            &mut ilen,
-        )
-    };
-    let iface_mtu = if r < 0 { 1500 } else { iface_mtu.max(0) as u32 };
-    Ok(Route { src, path_mtu: path_mtu_for(iface_mtu, dst.is_ipv6()) })
+    let r = udp::route(dst, ROCE_UDP_PORT)?;
+    // An interface that does not say is taken for Ethernet.
+    let iface_mtu = r.iface_mtu.unwrap_or(1500);
+    Ok(Route { src: r.src, path_mtu: path_mtu_for(iface_mtu, dst.is_ipv6()) })
 }
 
 /// The `ibv_mtu` of a path over an interface of `iface_mtu` bytes (256 if even that does not

@@ -8,9 +8,8 @@
 //! report each datagram's destination address (the receiver needs it for the ICRC).
 
 use crate::errno::{Errno, Result};
-use crate::runtime::fork;
-use crate::runtime::socket::kernel_socket;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use crate::runtime::{fork, udp};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
@@ -44,7 +43,8 @@ impl Slots {
     }
 }
 
-/// Socket buffer size asked for (each direction).
+/// Socket buffer size asked for (each direction): room for bursts of MTU-sized packets (a
+/// window, a READ's responses).
 const SOCKET_BUF: i32 = 32 << 20;
 
 /// One of our UDP sockets.
@@ -87,75 +87,11 @@ fn table() -> std::sync::MutexGuard<'static, Option<Table>> {
     t
 }
 
-fn check(r: libc::c_int) -> Result<libc::c_int> {
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r)
-    }
-}
-
-fn setopt(fd: RawFd, level: i32, name: i32, v: i32) -> Result<()> {
-    // SAFETY: an int option of a valid socket.
-    check(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&v as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
-}
-
 /// A dual-stack UDP socket on `[::]:0`, non-blocking, DF set, reporting destination addresses.
 fn bind_socket() -> Result<(OwnedFd, u16)> {
-    let fd = kernel_socket(
-        libc::AF_INET6,
-        libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-        0,
-    )?;
-    let raw = fd.as_raw_fd();
-    setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
-    setopt(raw, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
-    setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
-    setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
-    setopt(raw, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
-    // Room for bursts of MTU-sized packets (a window, a READ's responses): beyond the
-    // system's rmem_max/wmem_max where we may (root), else as much as it allows.
-    for (force, plain) in
-        [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)]
-    {
-        if setopt(raw, libc::SOL_SOCKET, force, SOCKET_BUF).is_err() {
-            let _ = setopt(raw, libc::SOL_SOCKET, plain, SOCKET_BUF);
-        }
-    }
-    let (sa, len) = sockaddr(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)));
-    // SAFETY: sa is a valid sockaddr_in6 of length len.
-    check(unsafe { libc::bind(raw, (&sa as *const libc::sockaddr_in6).cast(), len) })?;
-    // SAFETY: all-zero is a valid sockaddr_in6.
-    let mut got: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    let mut glen = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-    // SAFETY: got has room for glen bytes.
-    check(unsafe {
-        libc::getsockname(raw, (&mut got as *mut libc::sockaddr_in6).cast(), &mut glen)
-    })?;
-    Ok((fd, u16::from_be(got.sin6_port)))
-}
-
-/// `addr` as a sockaddr_in6 (IPv4 as IPv4-mapped).
-pub fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_in6, libc::socklen_t) {
-    let ip = match addr.ip() {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
-    // SAFETY: all-zero is a valid sockaddr_in6.
-    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-    sa.sin6_port = addr.port().to_be();
-    sa.sin6_addr.s6_addr = ip.octets();
-    (sa, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+    let fd = udp::open(0, Some(SOCKET_BUF))?;
+    let port = udp::local_port(fd.as_raw_fd())?;
+    Ok((fd, port))
 }
 
 /// Takes a free QPN and returns it with the socket that owns it (binding a socket, watched by
@@ -189,38 +125,8 @@ pub fn release(qpn: u32) {
 /// Sends one datagram to `dst` from source address `src` (the QP's GID: the peer checks the
 /// ICRC over the addresses it sees, so the kernel must not pick another one).
 pub fn send_from(fd: RawFd, buf: &[u8], src: IpAddr, dst: SocketAddr) -> Result<()> {
-    let (mut sa, salen) = sockaddr(dst);
-    let mut iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
-    let src6 = match src {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
-    let info =
-        libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: src6.octets() }, ipi6_ifindex: 0 };
-    // u64 alignment is enough for cmsghdr.
-    let mut cbuf = [0u64; 8];
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::in6_pktinfo>() as u32) };
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut sa as *mut libc::sockaddr_in6).cast();
-    msg.msg_namelen = salen;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as usize;
-    // SAFETY: msg_control points at cbuf (64 bytes >= space), so the first header and its data
-    // lie inside it.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::IPPROTO_IPV6;
-        (*c).cmsg_type = libc::IPV6_PKTINFO;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::in6_pktinfo>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), info);
-    }
     for _ in 0..2 {
-        // SAFETY: msg describes valid buffers for the duration of the call.
-        match check(unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) } as libc::c_int) {
+        match udp::send_from(fd, src, dst, buf) {
             Err(e) if e == Errno::EAGAIN => {
                 // Our own send buffer is full (a burst): wait for it to drain a little rather
                 // than drop the packet and pay a retransmission timeout.
@@ -228,7 +134,7 @@ pub fn send_from(fd: RawFd, buf: &[u8], src: IpAddr, dst: SocketAddr) -> Result<
                 // SAFETY: one valid pollfd.
                 unsafe { libc::poll(&mut p, 1, SEND_WAIT_MS) };
             }
-            r => return r.map(|_| ()),
+            r => return r,
         }
     }
     Err(Errno::EAGAIN)
@@ -246,55 +152,14 @@ pub struct Received {
 
 /// Receives one datagram without blocking (`None`: nothing waiting, or no destination address).
 pub fn recv_one(fd: RawFd, buf: &mut [u8]) -> Option<Result<Received>> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: all-zero is a valid sockaddr_in6.
-    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    let mut cbuf = [0u64; 16];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut sa as *mut libc::sockaddr_in6).cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf);
-    // SAFETY: msg describes valid buffers for the duration of the call.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
-    if n < 0 {
-        let e = Errno::last();
-        return (e != Errno::EAGAIN).then_some(Err(e));
-    }
-    if msg.msg_flags & libc::MSG_TRUNC != 0 || sa.sin6_family != libc::AF_INET6 as libc::sa_family_t
-    {
-        return Some(Err(Errno::EINVAL));
-    }
-    let from = SocketAddr::V6(SocketAddrV6::new(
-        Ipv6Addr::from(sa.sin6_addr.s6_addr),
-        u16::from_be(sa.sin6_port),
-        0,
-        0,
-    ));
-    let mut to = None;
-    // SAFETY: the kernel filled msg_control with msg_controllen bytes of headers; the CMSG
-    // macros stay inside them, and each header's type says what its data holds.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_PKTINFO {
-                let i: libc::in6_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                to = Some(IpAddr::V6(Ipv6Addr::from(i.ipi6_addr.s6_addr)));
-            } else if (*c).cmsg_level == libc::IPPROTO_IP
-                && (*c).cmsg_type == libc::IP_PKTINFO
-                && to.is_none()
-            {
-                let i: libc::in_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                to = Some(IpAddr::V4(u32::from_be(i.ipi_addr.s_addr).into()));
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    let to = to?;
-    Some(Ok(Received { len: n as usize, from, to }))
+    let r = match udp::recv(fd, buf).transpose()? {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
+    };
+    // The QPs see addresses as the dual-stack socket names them (IPv4 as v4-mapped).
+    let from = SocketAddr::V6(SocketAddrV6::new(udp::mapped(r.from.ip()), r.from.port(), 0, 0));
+    let to = IpAddr::V6(udp::mapped(r.to?));
+    Some(Ok(Received { len: r.len, from, to }))
 }
 
 #[cfg(test)]

@@ -1,10 +1,9 @@
 //! Where a peer is: in our network namespace (the shared-memory rings reach it) or behind the
 //! network (RoCEv2 over UDP), and the path MTU the kernel's route towards it allows.
 
-use crate::provider::soft::roce::mtu;
-use crate::runtime::socket::kernel_socket;
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
+use crate::provider::soft::roce::{mtu, ROCE_UDP_PORT};
+use crate::runtime::udp;
+use std::net::IpAddr;
 
 /// The IP address a GID stands for (IPv4-mapped GIDs are IPv4).
 pub fn ip_of_gid(gid: &[u8; 16]) -> IpAddr {
@@ -24,47 +23,8 @@ pub fn is_local(ip: IpAddr) -> bool {
 /// The IB path MTU towards `ip`: the largest IB MTU whose packets fit the MTU of the route the
 /// kernel picks (a connected UDP socket's `IP_MTU`), `None` if there is no route.
 pub fn path_mtu(ip: IpAddr) -> Option<u32> {
-    let v6 = ip.is_ipv6();
-    let fam = if v6 { libc::AF_INET6 } else { libc::AF_INET };
-    let fd = kernel_socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0).ok()?;
-    let dst = SocketAddr::new(ip, crate::provider::soft::roce::ROCE_UDP_PORT);
-    let r = match dst {
-        SocketAddr::V4(a) => {
-            // SAFETY: all-zero is a valid sockaddr_in.
-            let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-            sa.sin_family = libc::AF_INET as libc::sa_family_t;
-            sa.sin_port = a.port().to_be();
-            sa.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            // SAFETY: sa is a valid sockaddr_in.
-            unsafe {
-                libc::connect(
-                    fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            }
-        }
-        SocketAddr::V6(_) => {
-            let (sa, len) = super::endpoint::sockaddr(dst);
-            // SAFETY: sa is a valid sockaddr_in6 of length len.
-            unsafe { libc::connect(fd.as_raw_fd(), (&sa as *const libc::sockaddr_in6).cast(), len) }
-        }
-    };
-    if r < 0 {
-        return None;
-    }
-    let (level, name) =
-        if v6 { (libc::IPPROTO_IPV6, libc::IPV6_MTU) } else { (libc::IPPROTO_IP, libc::IP_MTU) };
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: an int option into v.
-    let r = unsafe {
-        libc::getsockopt(fd.as_raw_fd(), level, name, (&mut v as *mut libc::c_int).cast(), &mut len)
-    };
-    if r < 0 || v <= 0 {
-        return None;
-    }
-    mtu::ib_mtu_for(v as u32, v6)
+    let iface_mtu = udp::route(ip, ROCE_UDP_PORT).ok()?.iface_mtu.filter(|&m| m > 0)?;
+    mtu::ib_mtu_for(iface_mtu, ip.is_ipv6())
 }
 
 #[cfg(test)]
