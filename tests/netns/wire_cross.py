@@ -14,11 +14,16 @@ tcpdump captures a's link (UDP only; perftest's TCP side channel is not RoCE). T
   * the CM pair's MADs decode as InfiniBand CM (REQ, REP, RTU);
   * scapy's RoCE layer (scapy.contrib.roce) computes the same ICRC as every packet carries (and
     a different one once the packet's ICRC is changed, so the comparison is not vacuous).
+Then (--icrc-target, c-tests/icrc_target): a live UD QP in a; from b, the captured UD SENDs
+replayed to it with a flipped ICRC (scapy rebuilds each for the target's QPN, then changes the
+ICRC), and datagrams of our own with a flipped ICRC around a correct one and a correct END: the
+target must have been handed exactly the two correct ones.
 Exit 0 all pass, 1 a failure, 77 not root / tcpdump, tshark, scapy or the programs missing.
 """
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -205,12 +210,100 @@ def run_pair(r, fx, pair, tmp, n):
     r.check(f"{pair.name}: scapy computes the ICRC every frame carries",
             checked == len(rows) and checked > 0 and not problems,
             "; ".join(problems[:10]) or f"{checked} frames")
+    return pcap
+
+
+UD_QKEY = 0x11111111
+ATTACKER_PORT = 0xC123     # the UDP port (and QPN >> 8) the forged sender claims
+
+
+def forge(src, dst, dqpn, body, flip, opcode=0x64, psn=0):
+    """IPv4 (ID 0, DF: the receiver checks the ICRC over the header it rebuilds from the
+    socket's addresses, src/provider/soft/roce/icrc.rs)/UDP/BTH/`body`/ICRC as bytes, the ICRC
+    computed by scapy and, if `flip`, then changed in its last byte."""
+    import scapy.contrib.roce as roce
+    from scapy.layers.inet import IP, UDP
+    from scapy.packet import Raw
+
+    pkt = (IP(src=src, dst=dst, id=0, ttl=64, flags="DF")
+           / UDP(sport=ATTACKER_PORT, dport=dqpn >> 8)
+           / roce.BTH(opcode=opcode, dqpn=dqpn, psn=psn) / Raw(body))
+    raw = bytes(pkt)
+    return raw[:-1] + bytes([raw[-1] ^ 0xff]) if flip else raw
+
+
+def deth(payload):
+    import struct
+    return struct.pack("!IB", UD_QKEY, 0) + ((ATTACKER_PORT << 8) | 1).to_bytes(3, "big") \
+        + payload
+
+
+def captured_ud(pcap):
+    """(opcode, psn, DETH + data) of the UD SENDs captured from ibv_ud_pingpong (Q_Key
+    0x11111111, like the target's)."""
+    from scapy.layers.inet import UDP
+    from scapy.utils import rdpcap
+    out = []
+    for pkt in rdpcap(pcap):
+        if UDP in pkt:
+            b = bytes(pkt[UDP].payload)
+            if len(b) > 12 + 8 + 4 and b[0] == 0x64:
+                out.append((b[0], int.from_bytes(b[9:12], "big"), b[12:-4]))
+    return out
+
+
+def send_forged(src, dst, dqpn, pcap):
+    """Runs inside the attacker's namespace (--send): the captured UD SENDs replayed to the
+    target with a flipped ICRC, then our own datagrams, flipped ones around a correct one, and a
+    correct END. Raw IPv4 (IP_HDRINCL): the bytes go out as built."""
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    replayed = captured_ud(pcap)[:20]
+    for op, psn, body in replayed:
+        s.sendto(forge(src, dst, dqpn, body, True, op, psn), (dst, 0))
+    print(f"replayed {len(replayed)} captured UD SENDs with a flipped ICRC")
+    for payload, flip in ((b"BAD1", True), (b"BAD2", True), (b"GOOD", False),
+                          (b"BAD3", True), (b"END.", False)):
+        s.sendto(forge(src, dst, dqpn, deth(payload), flip), (dst, 0))
+        time.sleep(0.1)
+    return 0 if replayed else 1
+
+
+def icrc_replay(r, fx, target, pcap):
+    """A live UD QP (c-tests/icrc_target) in a; from b, RoCEv2 UD SENDs whose ICRC is broken
+    must not be delivered, the same datagrams with scapy's ICRC must."""
+    a, b = fx.hosts[0], fx.hosts[1]
+    t = fx.popen(a, r.penv + [target], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                 text=True, env=r.env)
+    first = t.stdout.readline()
+    m = re.match(r"qpn 0x([0-9a-f]+) qkey", first)
+    if not m:
+        t.kill()
+        r.check("icrc replay: target starts", False, first + t.communicate()[0])
+        return
+    qpn = int(m.group(1), 16)
+    snd = fx.run(b, ["/usr/bin/python3", os.path.abspath(__file__), "--send", b.ipv4, a.ipv4,
+                     hex(qpn), pcap], timeout=TIMEOUT, capture_output=True, text=True)
+    try:
+        out = t.communicate(timeout=25)[0]
+    except subprocess.TimeoutExpired:
+        t.kill()
+        out = t.communicate()[0]
+    got = re.findall(r"^got (.*)$", out, re.M)
+    r.check("icrc replay: sender replayed captured frames", snd.returncode == 0,
+            (snd.stdout + snd.stderr).strip())
+    r.check("icrc replay: frames with a flipped ICRC are not delivered, correct ones are",
+            got == ["GOOD", "END."] and t.returncode == 0,
+            f"delivered {got}, target exit {t.returncode}\n{first}{out}")
 
 
 def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "--send":
+        return send_forged(sys.argv[2], sys.argv[3], int(sys.argv[4], 16), sys.argv[5])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", default="build")
     ap.add_argument("--mode", choices=("preload", "dropin"), default="preload")
+    ap.add_argument("--icrc-target", help="c-tests/icrc_target (the ICRC replay's live QP)")
     args = ap.parse_args()
     try:
         fixture.require("tcpdump", "tshark", "ib_write_bw", "ib_read_bw", "ib_atomic_bw",
@@ -231,8 +324,13 @@ def main():
         r = cm_cross.Runner(fx, penv, env)
         a, b = fx.hosts[0], fx.hosts[1]
         gid_a, gid_b = gid_index(a.ns, a.ipv4), gid_index(b.ns, b.ipv4)
+        # The last pair is ibv_ud_pingpong: its capture feeds the ICRC replay.
         for n, pair in enumerate(pairs(gid_a, gid_b)):
-            run_pair(r, fx, pair, tmp, n)
+            ud_pcap = run_pair(r, fx, pair, tmp, n)
+        if args.icrc_target:
+            icrc_replay(r, fx, os.path.abspath(args.icrc_target), ud_pcap)
+        else:
+            log("icrc replay: skipped (no --icrc-target)")
     if r.failures:
         log(f"FAIL ({args.mode}): {len(r.failures)} checks: {'; '.join(r.failures)}")
         return 1
