@@ -217,16 +217,17 @@ UD_QKEY = 0x11111111
 ATTACKER_PORT = 0xC123     # the UDP port (and QPN >> 8) the forged sender claims
 
 
-def forge(src, dst, dqpn, body, flip, opcode=0x64, psn=0):
+def forge(src, dst, dqpn, body, flip, opcode=0x64, psn=0, sqpn=None):
     """IPv4 (ID 0, DF: the receiver checks the ICRC over the header it rebuilds from the
     socket's addresses, src/provider/soft/roce/icrc.rs)/UDP/BTH/`body`/ICRC as bytes, the ICRC
-    computed by scapy and, if `flip`, then changed in its last byte."""
+    computed by scapy and, if `flip`, then changed in its last byte. `sqpn` (RC) names the
+    sender's QP: its UDP source port is sqpn >> 8."""
     import scapy.contrib.roce as roce
     from scapy.layers.inet import IP, UDP
     from scapy.packet import Raw
 
     pkt = (IP(src=src, dst=dst, id=0, ttl=64, flags="DF")
-           / UDP(sport=ATTACKER_PORT, dport=dqpn >> 8)
+           / UDP(sport=ATTACKER_PORT if sqpn is None else sqpn >> 8, dport=dqpn >> 8)
            / roce.BTH(opcode=opcode, dqpn=dqpn, psn=psn) / Raw(body))
     raw = bytes(pkt)
     return raw[:-1] + bytes([raw[-1] ^ 0xff]) if flip else raw
