@@ -4,16 +4,18 @@
   evil_packets.py --target build/c-tests/evil_target [--build-dir build]
 
 c-tests/evil_target runs in namespace a on rdmashim: one RC QP per malicious packet plus an
-honest one, an MR of one page between two guard pages, a 64-byte receive per QP. It learns its peer (QPNs, PSN, address) on stdin; the peer is
-this script's sender in namespace b (scapy; every packet well formed RoCEv2 with a correct
-ICRC, so that it passes the ICRC check and reaches the transport). To a QP each it sends: WRITEs with
-a wrong rkey, before/after/across the MR's ends, at an address that wraps, with more payload
-than the RETH's length and a huge length; a WRITE Middle with no First; a SEND larger than the
-receive; READs beyond the MR; atomics misaligned and outside the MR; a WRITE with a PSN far out
-of the window; truncated headers (BTH only, half a RETH, less than a BTH); reserved opcodes; a
-pad count with no payload; a SEND larger than the path MTU. Then, on the last QP, an honest
-WRITE and SEND. The target must end on its own (no crash, no hang), the guard pages must be untouched,
-and QP2's WRITE and SEND must have arrived.
+honest one, an MR of one page between two guard pages, a 64-byte receive per QP. It learns its
+peer (QPN, PSN, address) on stdin; the peer is this script's sender in namespace b (scapy;
+every packet well formed RoCEv2 with a correct ICRC, so that it passes the ICRC check and
+reaches the transport). To a QP each it sends: WRITEs with a wrong rkey, before/after/across
+the MR's ends, at an address that wraps, with more payload than the RETH's length and a huge
+length; WRITE/SEND Middle or Last with no First; a SEND larger than the receive and one larger
+than the path MTU; READs beyond the MR, of 1 MiB, with a wrong rkey; atomics misaligned and
+outside the MR; WRITEs with a PSN far out of the window and just behind it; truncated headers
+(BTH only, half a RETH, half an AtomicETH); reserved opcodes; a UD SEND; an unsolicited ACK;
+then junk shorter than a BTH. Then, on the last QP, an honest WRITE and SEND. The target must
+end on its own (no crash, no hang), the guard pages must be untouched, the stale-PSN WRITEs
+must not have landed, and the honest WRITE and SEND must have arrived.
 Exit 0 pass, 1 fail, 77 not root / scapy missing.
 """
 
@@ -102,8 +104,8 @@ def send_all(src, dst, target):
     # Shorter than a BTH: raw UDP payload of 5 bytes (plus a few with random bytes).
     from scapy.layers.inet import IP, UDP
     for junk in (b"\x0a\x00\xff\xff\x00", os.urandom(20), os.urandom(200)):
-        s.sendto(bytes(IP(src=src, dst=dst, id=0, flags="DF") / UDP(sport=sport, dport=t["qpn"] >> 8)
-                       / junk), (dst, 0))
+        s.sendto(bytes(IP(src=src, dst=dst, id=0, flags="DF")
+                       / UDP(sport=sport, dport=t["qpn"] >> 8) / junk), (dst, 0))
     time.sleep(0.2)
     a, h = t["addr"], len(evil)
     s.sendto(wire_cross.forge(src, dst, t["qpn"] + h, reth(a + 512, t["rkey"], 8) + b"HONEST..",
