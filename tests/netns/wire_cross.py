@@ -54,6 +54,13 @@ def log(msg):
     print(f"wire_cross: {msg}", flush=True)
 
 
+class Runner(cm_cross.Runner):
+    def check(self, name, ok, detail=""):
+        log(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
+        if not ok:
+            self.failures.append(name)
+
+
 def tcp_listening(pid, port):
     """True once `pid`'s namespace has a TCP socket listening on `port` (perftest's and the
     pingpongs' side channel)."""
@@ -322,7 +329,7 @@ def main():
         log(f"FAIL: {e}")
         return 1
     with fixture.Fixture(hosts=2) as fx, tempfile.TemporaryDirectory() as tmp:
-        r = cm_cross.Runner(fx, penv, env)
+        r = Runner(fx, penv, env)
         a, b = fx.hosts[0], fx.hosts[1]
         gid_a, gid_b = gid_index(a.ns, a.ipv4), gid_index(b.ns, b.ipv4)
         # The last pair is ibv_ud_pingpong: its capture feeds the ICRC replay.
