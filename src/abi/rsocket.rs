@@ -71,6 +71,7 @@ entry! {
     }
 
     fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> Value<c_int> {
+        rsocket::check_fd(socket)?;
         // SAFETY: addr is readable for addrlen bytes per bind(2).
         let a = unsafe { rsocket::read_addr(addr, addrlen) }?;
         rsocket::bind(socket, a).map(|()| 0)
@@ -90,6 +91,7 @@ entry! {
     }
 
     fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> Value<c_int> {
+        rsocket::check_fd(socket)?;
         // SAFETY: addr is readable for addrlen bytes per connect(2).
         let a = unsafe { rsocket::read_addr(addr, addrlen) }?;
         rsocket::connect(socket, a).map(|()| 0)
@@ -104,6 +106,7 @@ entry! {
     }
 
     fn rrecv(socket: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         Ok(rsocket::recv(socket, &one(buf.cast::<u8>(), len)?, flags)? as ssize_t)
     }
 
@@ -115,6 +118,7 @@ entry! {
         src_addr: *mut sockaddr,
         addrlen: *mut socklen_t,
     ) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         let (n, from) = rsocket::recvfrom(socket, &one(buf.cast::<u8>(), len)?, flags)?;
         if !src_addr.is_null() && !addrlen.is_null() {
             let from = match from {
@@ -131,6 +135,7 @@ entry! {
     }
 
     fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         // SAFETY: msg is a valid msghdr per recvmsg(2).
         let m = unsafe { crate::abi::out(msg) }?;
         if !m.msg_control.is_null() && m.msg_controllen > 0 {
@@ -143,6 +148,7 @@ entry! {
     }
 
     fn rsend(socket: c_int, buf: *const c_void, len: size_t, flags: c_int) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         send_iov(socket, &one(buf as *mut u8, len)?, flags)
     }
 
@@ -154,6 +160,7 @@ entry! {
         dest_addr: *const sockaddr,
         addrlen: socklen_t,
     ) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         let to = if dest_addr.is_null() {
             None
         } else {
@@ -165,6 +172,7 @@ entry! {
     }
 
     fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         // SAFETY: msg is a valid msghdr per sendmsg(2).
         let m = unsafe { crate::abi::arg(msg) }?;
         if !m.msg_control.is_null() && m.msg_controllen > 0 {
@@ -176,32 +184,38 @@ entry! {
     }
 
     fn rread(socket: c_int, buf: *mut c_void, count: size_t) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         Ok(rsocket::recv(socket, &one(buf.cast::<u8>(), count)?, 0)? as ssize_t)
     }
 
     fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         // SAFETY: iov has iovcnt entries per readv(2).
         let v = unsafe { iovs::<u8>(iov, iovcnt) }?;
         Ok(rsocket::recv(socket, &v, 0)? as ssize_t)
     }
 
     fn rwrite(socket: c_int, buf: *const c_void, count: size_t) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         send_iov(socket, &one(buf as *mut u8, count)?, 0)
     }
 
     fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> Value<ssize_t> {
+        rsocket::check_fd(socket)?;
         // SAFETY: iov has iovcnt entries per writev(2).
         let v = unsafe { iovs::<u8>(iov, iovcnt) }?;
         send_iov(socket, &v, 0)
     }
 
     fn rgetpeername(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int> {
+        rsocket::check_fd(socket)?;
         let a = rsocket::name(socket, true)?;
         // SAFETY: per getpeername(2).
         unsafe { put_addr(&a, addr, addrlen) }.map(|()| 0)
     }
 
     fn rgetsockname(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Value<c_int> {
+        rsocket::check_fd(socket)?;
         let a = rsocket::name(socket, false)?;
         // SAFETY: per getsockname(2).
         unsafe { put_addr(&a, addr, addrlen) }.map(|()| 0)
@@ -214,6 +228,7 @@ entry! {
         optval: *const c_void,
         optlen: socklen_t,
     ) -> Value<c_int> {
+        rsocket::check_fd(socket)?;
         if optval.is_null() && optlen > 0 {
             return Err(Errno::EFAULT);
         }
@@ -233,6 +248,7 @@ entry! {
         optval: *mut c_void,
         optlen: *mut socklen_t,
     ) -> Value<c_int> {
+        rsocket::check_fd(socket)?;
         // SAFETY: optlen is valid per getsockopt(2).
         let len = unsafe { crate::abi::out(optlen) }?;
         if optval.is_null() {
@@ -264,11 +280,13 @@ entry! {
         flags: c_int,
         offset: off_t,
     ) -> Value<off_t> {
+        rsocket::check_fd(socket)?;
         let _ = flags; // no flags are defined
         rsocket::riomap(socket, buf.cast(), len, prot, offset)
     }
 
     fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> Value<c_int> {
+        rsocket::check_fd(socket)?;
         rsocket::riounmap(socket, buf.cast(), len).map(|()| 0)
     }
 
@@ -280,6 +298,7 @@ entry! {
         offset: off_t,
         flags: c_int,
     ) -> Value<size_t> {
+        rsocket::check_fd(socket)?;
         // SAFETY: buf holds count bytes per riowrite(3).
         unsafe { rsocket::riowrite(socket, buf.cast(), count, offset, flags) }
     }
@@ -339,7 +358,7 @@ mod tests {
             assert_eq!(errno(), libc::EBADF);
             Errno(0).set();
             assert_eq!(riowrite(3, std::ptr::null(), 1, 0, 0), usize::MAX);
-            assert_eq!(errno(), libc::EFAULT);
+            assert_eq!(errno(), libc::EBADF);
         }
     }
 

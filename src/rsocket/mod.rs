@@ -49,6 +49,16 @@ fn get(fd: i32) -> Result<Arc<Stream>> {
     lookup(fd).ok_or(Errno::EBADF)
 }
 
+/// `EBADF` unless `fd` is an rsocket (stream or datagram). Checked before any other argument,
+/// as librdmacm and the kernel do: a bad descriptor is reported as such, not as a bad buffer.
+pub fn check_fd(fd: i32) -> Result<()> {
+    if lookup(fd).is_some() || lookup_dgram(fd).is_some() {
+        Ok(())
+    } else {
+        Err(Errno::EBADF)
+    }
+}
+
 /// Defaults: librdmacm's, overridden by `/etc/rdma/rsocket/*` when present (read once).
 static DEFAULTS: Lazy<Sizes> = Lazy::new(|| {
     let read = |name: &str| -> Option<u32> {

@@ -214,6 +214,10 @@ pub fn rselect(
         }
     }
     let r = rpoll(&mut fds, ms)?;
+    // select(2) fails on a descriptor that is not open, where poll(2) reports POLLNVAL.
+    if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+        return Err(Errno::EBADF);
+    }
     let mut sets = [readfds, writefds, exceptfds];
     for s in sets.iter_mut().flatten() {
         // SAFETY: a valid set.
