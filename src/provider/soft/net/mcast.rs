@@ -111,7 +111,16 @@ fn open(group: IpAddr) -> Result<OwnedFd> {
     setopt(raw, libc::SOL_SOCKET, libc::SO_REUSEPORT, &1i32)?;
     setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, &1i32)?;
     setopt(raw, libc::IPPROTO_IP, libc::IP_PKTINFO, &1i32)?;
-    let (sa, len) = endpoint::sockaddr(SocketAddr::new(group, ROCE_UDP_PORT));
+    let g6 = match group {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    // SAFETY: all-zero is a valid sockaddr_in6.
+    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+    sa.sin6_port = ROCE_UDP_PORT.to_be();
+    sa.sin6_addr.s6_addr = g6.octets();
+    let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
     // SAFETY: sa is a valid sockaddr_in6 of length len.
     if unsafe { libc::bind(raw, (&sa as *const libc::sockaddr_in6).cast(), len) } < 0 {
         return Err(Errno::last());
