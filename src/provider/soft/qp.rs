@@ -43,8 +43,9 @@ pub struct Inner {
     pub(super) peer_gone: bool,
     /// When the transport retries towards a silent peer run out.
     pub(super) retry_deadline: Option<std::time::Instant>,
-    /// UD: multicast groups this QP is attached to, with the marker socket of each.
-    mcast: Vec<([u8; 16], OwnedFd)>,
+    /// UD: multicast groups this QP is attached to, with the marker socket of each and the
+    /// network membership (none where the group could not be joined on any interface).
+    mcast: Vec<([u8; 16], OwnedFd, Option<super::net::mcast::Membership>)>,
     /// RC with a peer behind the network: RoCEv2 over UDP instead of the link.
     pub(super) net: Option<Box<NetRc>>,
     /// UD: destination GIDs known to be behind the network (`true`) or ours.
@@ -405,11 +406,12 @@ impl TransportQp for SoftQp {
     /// UD QPs only (checked above); attaching twice is harmless.
     fn attach_mcast(&self, gid: [u8; 16]) -> Result<()> {
         let mut st = lock(&self.st);
-        if st.mcast.iter().any(|(g, _)| *g == gid) {
+        if st.mcast.iter().any(|(g, ..)| *g == gid) {
             return Ok(());
         }
         let marker = super::datagram::join(&gid, self.qpn)?;
-        st.mcast.push((gid, marker));
+        let net = super::net::mcast::join(&gid, self.qpn).ok();
+        st.mcast.push((gid, marker, net));
         Ok(())
     }
 
@@ -417,7 +419,7 @@ impl TransportQp for SoftQp {
     fn detach_mcast(&self, gid: [u8; 16]) -> Result<()> {
         let mut st = lock(&self.st);
         let before = st.mcast.len();
-        st.mcast.retain(|(g, _)| *g != gid);
+        st.mcast.retain(|(g, ..)| *g != gid);
         if st.mcast.len() == before {
             return Err(Errno::EINVAL);
         }

@@ -90,6 +90,14 @@ impl SoftQp {
                 }
                 datagram::send(sock, member, &h, &buf[..n]);
             }
+            // Members in other namespaces: one RoCEv2 datagram to the IP group.
+            let from = crate::provider::soft::net::route::ip_of_gid(&sgid);
+            if super::net::mcast::group_of(&dgid).is_some()
+                && !from.is_loopback()
+                && !from.is_unspecified()
+            {
+                self.send_ud_net(&h, sgid, dgid, &buf[..n]);
+            }
         } else {
             datagram::send(sock, ud.remote_qpn, &h, &buf[..n]);
         }

@@ -3,7 +3,7 @@
 //! `ip_of(dgid)`, port `dest_qpn >> 8`; a received one lands after a GRH area filled as rxe
 //! does for RoCEv2: IPv4 as 20 zero bytes and the IPv4 header, IPv6 as the IPv6 header.
 
-use super::datagram::{UdHdr, UD_IMM, UD_SOLICITED};
+use super::datagram::{UdHdr, MCAST_QPN, UD_IMM, UD_SOLICITED};
 use super::net::{endpoint, route};
 use super::qp::{Inner, SoftQp};
 use super::roce::opcode::op;
@@ -11,6 +11,7 @@ use super::roce::{self, Deth, Flow, ImmDt, Packet};
 use super::ud::UdIn;
 use crate::provider::GRH_LEN;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 
 /// Destination GIDs a UD QP remembers as ours or not (no interface scan per send).
 const REMOTE_CACHE: usize = 64;
@@ -41,7 +42,13 @@ impl SoftQp {
         pkt.ext.imm = imm.then(|| ImmDt::new(h.imm));
         pkt.bth.set_se(h.flags & UD_SOLICITED != 0);
         let (src, dst) = (route::ip_of_gid(&sgid), route::ip_of_gid(&dgid));
-        let dst = SocketAddr::new(dst, endpoint::port_of(h.dst_qpn));
+        let dst = if h.dst_qpn == MCAST_QPN {
+            // A group: RoCEv2's port, our own namespace's members already served.
+            super::net::mcast::no_loop(self.udp.as_raw_fd());
+            SocketAddr::new(dst, roce::ROCE_UDP_PORT)
+        } else {
+            SocketAddr::new(dst, endpoint::port_of(h.dst_qpn))
+        };
         let Some(flow) = Flow::new(SocketAddr::new(src, endpoint::port_of(self.qpn)), dst) else {
             return;
         };

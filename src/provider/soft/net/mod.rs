@@ -12,6 +12,7 @@
 
 pub mod endpoint;
 pub mod faults;
+pub mod mcast;
 pub mod rc;
 pub mod recv;
 pub mod route;
