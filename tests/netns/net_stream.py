@@ -15,7 +15,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "acceptance"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import fixture  # noqa: E402
+import sanitizer_env  # noqa: E402
 from placement import gid_index  # noqa: E402
 
 PORT = "18515"
@@ -26,6 +28,11 @@ TIMEOUT = 240
 def run(fx, prog, faults):
     sp, cp, sip, cip = fixture.pair_env(fx)
     env = ["env", "RDMASHIM_PROVIDER=soft"] + ([f"RDMASHIM_FAULTS={faults}"] if faults else [])
+    # A sanitizer build's library needs its runtime first in the library list (the program is
+    # <build>/c-tests/net_stream).
+    pre = sanitizer_env.runtime_preload(os.path.dirname(os.path.dirname(os.path.abspath(prog))))
+    if pre:
+        env.append("LD_PRELOAD=" + " ".join(pre))
     sg = str(gid_index(fx.hosts[0].ns, sip))
     cg = str(gid_index(fx.hosts[1].ns, cip))
     server = subprocess.Popen(sp + env + [prog, "server", PORT, sg], stdout=subprocess.PIPE,
