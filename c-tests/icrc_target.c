@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "ud_qp.h"
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, " (errno %d)\n", errno); exit(1); } } while (0)
@@ -43,27 +44,8 @@ int main(void)
     struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
     struct ibv_cq *cq = ibv_create_cq(ctx, 2 * SLOTS, NULL, NULL, 0);
     CHECK(pd && mr && cq, "pd/mr/cq");
-    struct ibv_qp_init_attr ia;
-    memset(&ia, 0, sizeof ia);
-    ia.send_cq = ia.recv_cq = cq;
-    ia.qp_type = IBV_QPT_UD;
-    ia.cap.max_send_wr = 1;
-    ia.cap.max_recv_wr = SLOTS;
-    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-    struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-    CHECK(qp, "ibv_create_qp");
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof a);
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = QKEY;
-    CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0,
-          "INIT");
-    a.qp_state = IBV_QPS_RTR;
-    CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0, "RTR");
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 0;
-    CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "RTS");
+    struct ibv_qp *qp = ud_qp_rts(pd, cq, 1, SLOTS, QKEY);
+    CHECK(qp, "UD QP to RTS");
     for (uint64_t i = 0; i < SLOTS; i++)
         post(qp, mr, i);
     printf("qpn 0x%x qkey 0x%x\n", qp->qp_num, QKEY);

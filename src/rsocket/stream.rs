@@ -82,6 +82,36 @@ fn last_err() -> Errno {
     Errno::last()
 }
 
+/// What an rsocket needs of a CM event, copied out before the event is acknowledged.
+struct Taken {
+    kind: u32,
+    status: i32,
+    id: *mut rdma_cm_id,
+    pdata: Vec<u8>,
+}
+
+/// Copies what an rsocket uses of `ev` (its kind, status, id and private data) and acks it.
+///
+/// # Safety
+/// `ev` is a live event handed out by one of our channels and not acknowledged yet.
+unsafe fn take_event(ev: *mut rdma_cm_event) -> Taken {
+    // SAFETY: per the contract, ev is live; private_data holds private_data_len bytes.
+    let t = unsafe {
+        let c = (*ev).param.conn;
+        let mut pdata = Vec::new();
+        if !c.private_data.is_null() {
+            pdata.extend_from_slice(std::slice::from_raw_parts(
+                c.private_data.cast::<u8>(),
+                c.private_data_len as usize,
+            ));
+        }
+        Taken { kind: (*ev).event, status: (*ev).status, id: (*ev).id, pdata }
+    };
+    // SAFETY: acknowledging the event we were handed, once.
+    unsafe { capi::rdma_ack_cm_event(ev) };
+    t
+}
+
 /// `poll(2)` on one descriptor for `events`; returns its revents (0 on timeout).
 pub fn poll_one(fd: i32, events: i16, timeout: i32) -> i16 {
     let mut p = libc::pollfd { fd, events, revents: 0 };
@@ -314,20 +344,8 @@ impl Stream {
                 return if e == Errno::EAGAIN || e.0 == libc::EINTR { Ok(any) } else { Err(e) };
             }
             any = true;
-            // SAFETY: a live event handed out by the channel; copied before the ack.
-            let (kind, status, pdata) = unsafe {
-                let c = (*ev).param.conn;
-                let mut v = Vec::new();
-                if !c.private_data.is_null() {
-                    v.extend_from_slice(std::slice::from_raw_parts(
-                        c.private_data.cast::<u8>(),
-                        c.private_data_len as usize,
-                    ));
-                }
-                ((*ev).event, (*ev).status, v)
-            };
-            // SAFETY: acknowledging the event we were handed.
-            unsafe { capi::rdma_ack_cm_event(ev) };
+            // SAFETY: a live event handed out by the channel.
+            let Taken { kind, status, pdata, .. } = unsafe { take_event(ev) };
             self.on_cm_event(st, kind, status, &pdata);
         }
     }
@@ -421,20 +439,8 @@ impl Stream {
                 }
                 Err(e) => return Err(e),
             };
-            // SAFETY: a live event; everything needed is copied before the ack.
-            let (kind, child, pdata) = unsafe {
-                let c = (*ev).param.conn;
-                let mut v = Vec::new();
-                if !c.private_data.is_null() {
-                    v.extend_from_slice(std::slice::from_raw_parts(
-                        c.private_data.cast::<u8>(),
-                        c.private_data_len as usize,
-                    ));
-                }
-                ((*ev).event, (*ev).id, v)
-            };
-            // SAFETY: acknowledging the event we were handed.
-            unsafe { capi::rdma_ack_cm_event(ev) };
+            // SAFETY: a live event handed out by the channel.
+            let Taken { kind, id: child, pdata, .. } = unsafe { take_event(ev) };
             if kind != rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST {
                 continue;
             }
