@@ -5,17 +5,20 @@
 //!   (peer in another namespace or host; a vanished peer shows as a retry budget running out).
 //!
 //! The id's state machine ([`super::id`]) sees only the internal [`Msg`] either way: it sends
-//! with [`CmId::send`] and gets `on_msg` / `on_hangup` back.
+//! with [`CmId::send`] and gets `on_msg` / `on_hangup` back. A MAD carrier has no hang-up, so
+//! there the id's QP failing on its own ([`CmId::watch_qp`]) ends the connection too.
 
-use super::id::{lock, CmId};
+use super::id::{lock, CmId, State};
 use super::net::Assoc;
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::runtime::engine::engine;
 use crate::runtime::unix::{self, Pod};
+use crate::verbs::qp::Qp;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A CM connection of one id.
 #[derive(Clone)]
@@ -122,6 +125,46 @@ impl CmId {
             Carrier::Unix(fd) => unix::send(fd.as_raw_fd(), m.as_bytes(), &[]),
             Carrier::Mad(a) => a.send(m),
         }
+    }
+
+    /// Hears of the id's QP failing on its own (see `on_qp_failed`). The hook runs under the
+    /// provider's QP lock: the CM's part runs later, on the progress thread.
+    pub(super) fn watch_qp(&self, q: &Qp) {
+        let me = self.weak();
+        q.on_fatal(Box::new(move || {
+            let me = me.clone();
+            if let Ok(e) = engine() {
+                e.after(
+                    Duration::ZERO,
+                    Box::new(move || {
+                        if let Some(id) = me.upgrade() {
+                            id.on_qp_failed();
+                        }
+                    }),
+                );
+            }
+        }));
+    }
+
+    /// The connected QP failed (its requester ran out of retries, or a NAK). Across namespaces
+    /// nothing else tells a dead peer (a killed process, a deleted namespace sends no DREQ and
+    /// closes no socket), and without this the id would see nothing until the application
+    /// disconnects. So the connection ends as a hang-up ends it in one namespace: a DREQ (resent
+    /// as usual, for a peer that is alive) and DISCONNECTED now. One namespace keeps the
+    /// unix carrier's hang-up as its only sign, as before.
+    pub(super) fn on_qp_failed(&self) {
+        if self.is_ud() {
+            return;
+        }
+        {
+            let mut st = lock(&self.st);
+            if !matches!(st.conn, Some(Carrier::Mad(_))) || st.state != State::Connected {
+                return;
+            }
+            st.state = State::Disconnecting;
+        }
+        let _ = self.send(&Msg::new(proto::DREQ));
+        self.report_disconnect();
     }
 
     /// Drops the id's carrier (SIDR needs none once answered).

@@ -1000,7 +1000,7 @@ impl CmId {
         }
     }
 
-    fn report_disconnect(&self) {
+    pub(super) fn report_disconnect(&self) {
         let mut st = lock(&self.st);
         let first = !st.disconnect_reported;
         st.disconnect_reported = true;

@@ -87,7 +87,10 @@ impl CmId {
                 attr.recv_cq = recv.1;
             }
             let qp = Qp::create(pdo.clone(), attr)?;
-            if let Err(e) = qp::lookup(qp).and_then(|q| ready(&q, raw.port_num)) {
+            if let Err(e) = qp::lookup(qp).and_then(|q| {
+                self.watch_qp(&q);
+                ready(&q, raw.port_num)
+            }) {
                 let _ = Qp::destroy(qp);
                 return Err(e);
             }

@@ -14,9 +14,12 @@ use crate::provider::{
 };
 use crate::sys::*;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ibv_qp_state::*;
+
+/// What the owner of a QP (the CM) runs when the QP fails on its own; see [`Qp::on_fatal`].
+pub type FatalHook = Box<dyn Fn() + Send + Sync>;
 
 pub use crate::provider::Sgl;
 
@@ -42,12 +45,15 @@ pub struct Qp {
     sq_posted: AtomicU64,
     /// The highest send queue position whose completion was polled.
     sq_retired: AtomicU64,
+    /// Shared with the event sink: run when the QP moves to ERR because of an error.
+    on_fatal: Arc<OnceLock<FatalHook>>,
 }
 
 /// The QP's async events and the state mirrored into the `ibv_qp` C reads.
 struct QpEvents {
     raw: Arc<CBox<ibv_qp_ex>>,
     ctx: Arc<Context>,
+    on_fatal: Arc<OnceLock<FatalHook>>,
 }
 
 impl EventSink for QpEvents {
@@ -68,6 +74,9 @@ impl EventSink for QpEvents {
         };
         let qp = self.raw.as_ptr() as usize;
         self.ctx.events.push((t, super::async_event::Element::Qp(qp)));
+        if let (QpEvent::Fatal, Some(f)) = (e, self.on_fatal.get()) {
+            f();
+        }
     }
 }
 
@@ -242,7 +251,12 @@ impl Qp {
         r.state = IBV_QPS_RESET;
         r.qp_type = attr.qp_type;
         let raw = Arc::new(raw);
-        let events = Arc::new(QpEvents { raw: raw.clone(), ctx: pd.ctx.clone() });
+        let on_fatal = Arc::new(OnceLock::new());
+        let events = Arc::new(QpEvents {
+            raw: raw.clone(),
+            ctx: pd.ctx.clone(),
+            on_fatal: on_fatal.clone(),
+        });
         let transport = pd.ctx.provider.create_qp(QpInit {
             ud,
             max_recv_wr: attr.cap.max_recv_wr,
@@ -280,6 +294,7 @@ impl Qp {
             attr: Mutex::new(qattr),
             sq_posted: AtomicU64::new(0),
             sq_retired: AtomicU64::new(0),
+            on_fatal,
         });
         let w = Arc::downgrade(&qp);
         send_cq.attach(w.clone());
@@ -292,6 +307,14 @@ impl Qp {
         let qp = objects().qps.remove(p).ok_or(Errno::EINVAL)?;
         qp.transport.destroy();
         Ok(())
+    }
+
+    /// Sets (once) what runs when the QP moves to ERR because of an error, not a modify: a
+    /// requester out of retries, a NAK, a responder's refusal. It runs with the provider's QP
+    /// lock held (see "Lock order"), so it must only hand the news on (e.g. to the progress
+    /// engine's timers), never take a CM or verbs lock or call into the QP.
+    pub fn on_fatal(&self, f: FatalHook) {
+        let _ = self.on_fatal.set(f);
     }
 
     pub fn set_block_self_mcast(&self, v: bool) {

@@ -328,6 +328,19 @@ class Fixture:
         """Install a random-drop rule in `host`'s namespace; see DropRule."""
         return DropRule(self, host, percent, ports)
 
+    def vanish(self, host):
+        """Delete `host`'s namespace now, as a host that dies: what runs inside is killed, and
+        the kernel removes its links with it (a veth pair's other end too)."""
+        name = _ns(host)
+        delete_namespace(name)
+        if name in self._created:
+            self._created.remove(name)
+
+    def has_link(self, host):
+        """True while `host`'s link exists (in its namespace, which must exist)."""
+        return subprocess.run(self.exec_argv(host.ns, ["ip", "link", "show", host.ifname]),
+                              capture_output=True, timeout=CMD_TIMEOUT).returncode == 0
+
     def env(self):
         """Shell-friendly description: NETNS_RUN, NETNS_A, NETNS_IP_A, NETNS_IP6_A, ..."""
         out = {"NETNS_RUN": self.run_id, "NETNS_MTU": str(self.mtu)}
