@@ -38,8 +38,12 @@ def free_port():
     raise RuntimeError("no free TCP port found")
 
 
-def tcp_listening(port):
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+def tcp_listening(port, pid=None):
+    """Whether something listens on TCP `port` in the network namespace of `pid` (default:
+    ours); /proc/<pid>/net is that process's namespace's view, so this also sees a server that
+    runs inside another namespace."""
+    base = f"/proc/{pid}/net" if pid else "/proc/net"
+    for name in (f"{base}/tcp", f"{base}/tcp6"):
         try:
             with open(name) as f:
                 next(f)
@@ -85,13 +89,14 @@ class Outcome:
 def run_pair(server, client, env, port, timeout, ready_wait=None):
     """Starts `server`, waits until it listens on `port` (or, when `ready_wait` is given, that
     many seconds: an rsocket listener has no TCP socket), runs `client`; both must exit 0
-    within `timeout` seconds. Commands are argument lists."""
+    within `timeout` seconds. Commands are argument lists; a server started through `ip netns
+exec` (which execs it: same pid) is watched in its own namespace."""
     problems = []
     srv = _start(server, env)
     deadline = time.monotonic() + min(timeout, 20)
     if ready_wait is not None:
         time.sleep(ready_wait)
-    while ready_wait is None and not tcp_listening(port):
+    while ready_wait is None and not tcp_listening(port, srv.pid):
         if srv.poll() is not None or time.monotonic() > deadline:
             out = _kill(srv)
             return Outcome(out, "", [f"server did not start listening on port {port}: "

@@ -57,6 +57,83 @@ def rows():
     return out
 
 
+def netns_rows():
+    """The cross-namespace table (bench/run --netns, keys of bench/netns.py)."""
+    lat, bw, mr = "µs one way", "MiB/s", "M msg/s"
+    ucx, fab = "UCX `UCX_TLS=tcp`", "libfabric `fi_pingpong"
+    return [
+        ("`ib_send_lat` 64 B vs " + ucx + " `tag_lat`", ("rdmashim", "send_lat", 64),
+         ("ucx-tcp", "send_lat", 64), "UCX tcp", lat, LOWER),
+        ("`ib_send_lat` 64 B vs " + fab + " -p tcp`", ("rdmashim", "send_lat", 64),
+         ("fi-tcp", "send_lat", 64), "libfabric tcp", lat, LOWER),
+        ("`ib_send_lat` 64 B vs " + fab + " -p udp`", ("rdmashim", "send_lat", 64),
+         ("fi-udp", "send_lat", 64), "libfabric udp", lat, LOWER),
+        ("`ib_write_lat` 64 B vs " + ucx + " `ucp_put_lat`", ("rdmashim", "write_lat", 64),
+         ("ucx-tcp", "write_lat", 64), "UCX tcp", lat, LOWER),
+        ("`ib_send_bw` 1 MiB vs " + ucx + " `tag_bw`", ("rdmashim", "send_bw", 1 << 20),
+         ("ucx-tcp", "send_bw", 1 << 20), "UCX tcp", bw, HIGHER),
+        ("`ib_write_bw` 1 MiB vs " + ucx + " `ucp_put_bw`", ("rdmashim", "write_bw", 1 << 20),
+         ("ucx-tcp", "write_bw", 1 << 20), "UCX tcp", bw, HIGHER),
+        ("1 MiB ping-pong (1 MiB / `ib_send_lat` one way) vs " + fab + " -p tcp`",
+         ("rdmashim", "pingpong_bw", 1 << 20), ("fi-tcp", "pingpong_bw", 1 << 20),
+         "libfabric tcp", bw, HIGHER),
+        ("`ib_send_bw` 64 B message rate vs " + ucx + " `tag_bw`", ("rdmashim", "send_mr", 64),
+         ("ucx-tcp", "send_mr", 64), "UCX tcp", mr, HIGHER),
+        ("`ib_write_bw` 64 B message rate vs " + ucx + " `ucp_put_bw`",
+         ("rdmashim", "write_mr", 64), ("ucx-tcp", "write_mr", 64), "UCX tcp", mr, HIGHER),
+    ]
+
+
+def netns_goals(results):
+    """Issue 8's goal for every row of the cross-namespace table: at least the peer's figure
+    (≤ 1.0× its latency, ≥ 1.0× its bandwidth and message rate)."""
+    out = []
+    for label, ours, peer, _, _, better in netns_rows():
+        o, p = results.get(ours), results.get(peer)
+        if not o or not p:
+            out.append(f"- {label}: **not measured** in this run.")
+            continue
+        r = o / p
+        met = r <= 1.0 if better == LOWER else r >= 1.0
+        far = r if better == LOWER else 1 / r
+        out.append(f"- {label}: **{'met' if met else 'missed'}** ({fmt_ratio(r)}×, goal "
+                   f"{'≤' if better == LOWER else '≥'} 1×"
+                   + ("" if met else f"; off by a factor of {fmt_ratio(far)}") + ").")
+    return "\n".join(out)
+
+
+# The cross-namespace section lives between these lines of docs/PERFORMANCE.md: `bench/run
+# --netns` replaces it, and the same-host `bench/run` keeps it when it rewrites the rest.
+NETNS_BEGIN = "<!-- bench/run --netns: begin -->"
+NETNS_END = "<!-- bench/run --netns: end -->"
+
+
+def netns_section_of(path):
+    """The cross-namespace section of the file at `path` (markers included), or ""."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    b, e = text.find(NETNS_BEGIN), text.find(NETNS_END)
+    return text[b:e + len(NETNS_END)] if 0 <= b < e else ""
+
+
+def splice_netns_section(path, body):
+    """Writes `body` as the cross-namespace section of `path`: in place of the old one, or
+    appended; the rest of the file is kept as it is."""
+    section = f"{NETNS_BEGIN}\n{body.strip()}\n{NETNS_END}"
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        text = "# Performance\n"
+    old = netns_section_of(path)
+    text = text.replace(old, section) if old else text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(text.rstrip("\n") + "\n")
+
+
 def fmt(v):
     if v is None:
         return "–"
@@ -81,10 +158,11 @@ def fmt_ratio(r):
     return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
 
 
-def table(results):
+def table(results, which=None):
+    """The Markdown table of `which` rows (default: the same-host ones)."""
     lines = ["| metric | unit | rdmashim | peer | ratio (rdmashim / peer) | |",
              "|---|---|---:|---:|---|---|"]
-    for label, ours, peer, peer_name, unit, better in rows():
+    for label, ours, peer, peer_name, unit, better in (which or rows()):
         if ours[1] == "atomic_lat":
             ours = next((k for k in results if k[:2] == ("rdmashim", "atomic_lat")), ours)
         o = results.get(ours)

@@ -39,6 +39,21 @@ def perftest_row(text):
     return None, None
 
 
+def ucx_row(text):
+    """ucx_perftest's last result row as floats: iterations, latency (µs) 50th percentile /
+    average / overall, bandwidth (MiB/s, printed "MB/s") average / overall, message rate (per
+    second) average / overall; None if there is none."""
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*\d+(\s+[\d.]+){7}\s*$", ln)]
+    return [float(v) for v in rows[-1]] if rows else None
+
+
+def fi_pingpong_row(text):
+    """fi_pingpong's result row: (MB/sec (decimal), usec/xfer, Mxfers/sec), or None."""
+    m = re.search(r"^(\d+[kmg]?)\s+\S+\s+\S+\s+\S+\s+\S+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$",
+                  text, re.M)
+    return (float(m.group(2)), float(m.group(3)), float(m.group(4))) if m else None
+
+
 class Runner:
     def __init__(self, env, timeout, quick, log):
         self.env, self.timeout, self.quick, self.log = env, timeout, quick, log
@@ -143,13 +158,10 @@ class Runner:
                         base + [HOST, "-t", test, "-s", str(size), "-n", str(n), "-f"], env)
         if not out:
             return
-        rows = [ln.split() for ln in out.client_out.splitlines()
-                if re.match(r"^\s*\d+(\s+[\d.]+){7}\s*$", ln)]
-        if not rows:
+        row = ucx_row(out.client_out)
+        if not row:
             self.failures.append(f"ucx_perftest {test} {size}: no result row in its output")
             return
-        # iterations, latency p50/avg/overall (µs), bandwidth avg/overall (MB/s), rate avg/overall
-        row = [float(v) for v in rows[-1]]
         name = {"tag_lat": "send_lat", "ucp_put_lat": "write_lat",
                 "tag_bw": "send_bw", "ucp_put_bw": "write_bw"}[test]
         if kind == "lat":
@@ -169,13 +181,12 @@ class Runner:
                         common + ["-P", str(self.port), HOST], env)
         if not out:
             return
-        m = re.search(r"^(\d+[kmg]?)\s+\S+\s+\S+\s+\S+\s+\S+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$",
-                      out.client_out, re.M)
-        if not m:
+        row = fi_pingpong_row(out.client_out)
+        if not row:
             self.failures.append(f"fi_pingpong {size}: no result row in its output")
             return
-        self.record(("libfabric", "send_lat", size), float(m.group(3)), f"fi_pingpong {size}")
-        self.record(("libfabric", "pingpong_bw", size), float(m.group(2)) * 1e6 / 2**20,
+        self.record(("libfabric", "send_lat", size), row[1], f"fi_pingpong {size}")
+        self.record(("libfabric", "pingpong_bw", size), row[0] * 1e6 / 2**20,
                     f"fi_pingpong {size}")
 
 
