@@ -85,6 +85,9 @@ pub struct Ep {
     targets: [Sge; SGL_SIZE],
     /// The slot the peer's next SGE write goes to (it fills them in turn, from 1).
     tgt_next: usize,
+    /// Our copy of the iomap table the peer writes (after `tgt`'s SGL), entry by entry as the
+    /// completions of its announcements are polled (`iomap::take_write`).
+    pub peer_iomap: Vec<[u8; wire::IOMAP_LEN]>,
     pub rbuf_bytes_avail: u32,
     pub rbuf_free_offset: u32,
     pub rbuf_offset: u32,
@@ -141,6 +144,7 @@ impl Ep {
             target_sge: 0,
             targets: [Sge::default(); SGL_SIZE],
             tgt_next: 1 % SGL_SIZE,
+            peer_iomap: vec![[0; wire::IOMAP_LEN]; sz.iomap_size as usize],
             rbuf_bytes_avail: sz.rbuf_size >> 1,
             rbuf_free_offset: sz.rbuf_size >> 1,
             rbuf_offset: 0,

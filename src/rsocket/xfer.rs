@@ -117,7 +117,12 @@ impl Stream {
                     ep.take_target_write();
                 }
             }
-            wire::OP_IOMAP_SGL | wire::OP_WRITE => {}
+            wire::OP_IOMAP_SGL => {
+                if byte_len as usize == wire::IOMAP_LEN {
+                    super::iomap::take_write(ep, data);
+                }
+            }
+            wire::OP_WRITE => {}
             wire::OP_CTRL => match data {
                 wire::CTRL_DISCONNECT => {
                     st.phase = Phase::Disconnected;
