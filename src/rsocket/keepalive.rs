@@ -19,7 +19,9 @@ struct Svc {
     /// The fork generation the list and thread belong to.
     generation: u64,
     thread: Option<Thread>,
-    socks: Vec<(Weak<Stream>, Instant)>,
+    /// Each socket with its next keepalive and its interval (copied here: no socket lock is
+    /// taken under this one).
+    socks: Vec<(Weak<Stream>, Instant, Duration)>,
 }
 
 /// Used under `fork::shared()`, never across a call out, so a child finds it unlocked.
@@ -55,11 +57,12 @@ pub fn update(s: &Arc<Stream>) {
     let _f = fork::shared();
     let mut g = lock(&SVC);
     let svc = svc_of(&mut g);
-    svc.socks.retain(|(w, _)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(s)));
+    svc.socks.retain(|(w, ..)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(s)));
     if !on {
         return;
     }
-    svc.socks.push((Arc::downgrade(s), Instant::now() + Duration::from_secs(secs as u64)));
+    let every = Duration::from_secs(secs as u64);
+    svc.socks.push((Arc::downgrade(s), Instant::now() + every, every));
     match &svc.thread {
         Some(t) => t.unpark(),
         None => {
@@ -73,7 +76,7 @@ pub fn update(s: &Arc<Stream>) {
 pub fn remove(s: &Stream) {
     let _f = fork::shared();
     let mut g = lock(&SVC);
-    svc_of(&mut g).socks.retain(|(w, _)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), s));
+    svc_of(&mut g).socks.retain(|(w, ..)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), s));
 }
 
 fn run() {
@@ -87,12 +90,11 @@ fn run() {
             if g.generation != generation {
                 return;
             }
-            g.socks.retain(|(w, _)| w.strong_count() > 0);
-            for (w, at) in g.socks.iter_mut() {
+            g.socks.retain(|(w, ..)| w.strong_count() > 0);
+            for (w, at, every) in g.socks.iter_mut() {
                 if *at <= now {
                     if let Some(s) = w.upgrade() {
-                        let secs = lock(&s.st).opts.keepalive_time.max(1);
-                        *at = now + Duration::from_secs(secs as u64);
+                        *at = now + *every;
                         due.push(s);
                     }
                 }
