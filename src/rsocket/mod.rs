@@ -45,11 +45,22 @@ fn with<T, R>(t: &Table<T>, f: impl FnOnce(&mut HashMap<i32, (u64, Arc<T>)>) -> 
     f(&mut lock(t))
 }
 
+/// A parent's sockets that a forked child let go of: never dropped (their ids, QPs and memory
+/// are the parent's, and a parent thread may have held their locks at the moment of fork), but
+/// kept reachable, so a leak checker does not report the child's copy-on-write pages of them.
+static ABANDONED: Lazy<Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>> =
+    Lazy::new(|| Mutex::new(Vec::new()));
+
+fn abandon<T: Send + Sync + 'static>(s: Arc<T>) {
+    let _f = fork::shared();
+    lock(&ABANDONED).push(Box::new(s));
+}
+
 /// A parent's socket whose number a forked child reused (the child closed the descriptor
-/// without rclose): left alone, as `close` leaves it (its objects are the parent's).
-fn forget_foreign<T>(old: Option<(u64, Arc<T>)>) {
+/// without rclose): left alone, as `close` leaves it.
+fn forget_foreign<T: Send + Sync + 'static>(old: Option<(u64, Arc<T>)>) {
     if let Some((_, s)) = old {
-        std::mem::forget(s);
+        abandon(s);
     }
 }
 
@@ -227,7 +238,7 @@ pub fn close(fd: i32) -> Result<()> {
         if gen != g {
             // SAFETY: the child's copy of the parent's socket descriptor, closed once here.
             unsafe { libc::close(fd) };
-            std::mem::forget(d);
+            abandon(d);
         }
         return Ok(());
     }
@@ -242,7 +253,7 @@ pub fn close(fd: i32) -> Result<()> {
             libc::close(s.fd);
             libc::close(s.kick);
         }
-        std::mem::forget(s);
+        abandon(s);
         return Ok(());
     }
     keepalive::remove(&s);
