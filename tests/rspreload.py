@@ -7,6 +7,13 @@ Scenarios (each proves the traffic went through rdmashim, not the kernel's TCP):
   iperf  iperf (version 2) server and client for 2 s; both report a transfer;
   copy   a 20 MB random file: socat (TCP-LISTEN, writes the file) as the server, nc (OpenBSD)
          as the client reading it from stdin; the copy is compared byte for byte.
+  fork   the preload's fork mode (RDMAV_FORK_SAFE=1: a TCP connection becomes an rsocket on
+         its first read or write, so a server may fork per connection first): --prog
+         c-tests/preload_fork, a forking server and three clients (plain socket calls), every
+         byte checked, every end proven an rsocket by the program. Not socat/nc: Debian 12's
+         socat crashes under the preload when it opens a file for reading or runs EXEC (a call
+         through a null pointer), and nc makes SOCK_NONBLOCK sockets, which the preload's fork
+         mode does not take (it only converts plain SOCK_STREAM).
 
 Proof: while the pair runs, no kernel TCP socket has the port (/proc/net/tcp and tcp6: the
 preload's listener and connection are rsockets), and the server process holds rdmashim's QP
@@ -17,7 +24,8 @@ epoll (socat's client with its default build, iperf3) or accept with accept4 (Op
 get the kernel's answer for an rsocket number ("Socket operation on non-socket"). So the
 copy uses socat as the server (select + accept) and nc only as the client.
 
-Usage: rspreload.py {iperf|copy} --build-dir BUILD   (exit 77: a program is not installed)
+Usage: rspreload.py {iperf|copy|fork} --build-dir BUILD [--prog PATH]
+(exit 77: a program or the preload is not installed)
 """
 import argparse
 import filecmp
@@ -182,13 +190,29 @@ def scenario_copy(build):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def scenario_fork(build, prog):
+    """c-tests/preload_fork under the preload with RDMAV_FORK_SAFE=1: the program checks every
+    byte and that both ends of each connection became rsockets (SOL_RDMA getsockopt)."""
+    env = env_for(build)
+    env["RDMAV_FORK_SAFE"] = "1"
+    try:
+        r = subprocess.run([prog], env=env, capture_output=True, text=True, timeout=150,
+                           start_new_session=True)
+        out, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = f"{e.stdout or ''}{e.stderr or ''}(timeout)", "timeout"
+    print(f"--- RDMAV_FORK_SAFE=1 {prog} (exit {rc}) ---\n{out}")
+    return [] if rc == 0 and "ok" in out.split() else [f"{os.path.basename(prog)} exit {rc}"]
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=("iperf", "copy"))
+    ap.add_argument("scenario", choices=("iperf", "copy", "fork"))
     ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--prog", help="c-tests/preload_fork (the fork scenario)")
     a = ap.parse_args()
     build = os.path.abspath(a.build_dir)
-    need = {"iperf": ["iperf"], "copy": ["socat", "nc"]}[a.scenario]
+    need = {"iperf": ["iperf"], "copy": ["socat", "nc"], "fork": []}[a.scenario]
     for prog in need:
         if not shutil.which(prog):
             print(f"SKIP: {prog} is not installed (scripts/deps installs it)")
@@ -196,7 +220,12 @@ def main():
     if not os.path.exists(PRELOAD):
         print(f"SKIP: {PRELOAD} is not installed (Debian's librdmacm1)")
         return 77
-    problems = scenario_iperf(build) if a.scenario == "iperf" else scenario_copy(build)
+    if a.scenario == "fork":
+        if not a.prog:
+            ap.error("fork needs --prog")
+        problems = scenario_fork(build, os.path.abspath(a.prog))
+    else:
+        problems = scenario_iperf(build) if a.scenario == "iperf" else scenario_copy(build)
     for p in problems:
         print(f"FAIL: {p}")
     print("PASS" if not problems else "FAIL")

@@ -80,6 +80,14 @@ pub struct Ep {
     pub remote_iomap: Sge,
     pub swap: bool,
     pub target_sge: usize,
+    /// Our copy of the target SGL: a slot is read from `tgt` only once the completion of the
+    /// peer's write into it is polled (so never while the peer may be writing it).
+    targets: [Sge; SGL_SIZE],
+    /// The slot the peer's next SGE write goes to (it fills them in turn, from 1).
+    tgt_next: usize,
+    /// Our copy of the iomap table the peer writes (after `tgt`'s SGL), entry by entry as the
+    /// completions of its announcements are polled (`iomap::take_write`).
+    pub peer_iomap: Vec<[u8; wire::IOMAP_LEN]>,
     pub rbuf_bytes_avail: u32,
     pub rbuf_free_offset: u32,
     pub rbuf_offset: u32,
@@ -134,6 +142,9 @@ impl Ep {
             remote_iomap: Sge::default(),
             swap: false,
             target_sge: 0,
+            targets: [Sge::default(); SGL_SIZE],
+            tgt_next: 1 % SGL_SIZE,
+            peer_iomap: vec![[0; wire::IOMAP_LEN]; sz.iomap_size as usize],
             rbuf_bytes_avail: sz.rbuf_size >> 1,
             rbuf_free_offset: sz.rbuf_size >> 1,
             rbuf_offset: 0,
@@ -249,10 +260,22 @@ impl Ep {
         errno_of(unsafe { capi::ibv_post_send(self.qp, &mut wr, &mut bad) })
     }
 
-    /// Our target SGL slot `i` (the peer writes it, we consume it).
+    /// Our target SGL slot `i` (the peer refills it, we consume it).
     pub fn target(&self, i: usize) -> Sge {
+        self.targets[i]
+    }
+
+    pub fn set_target(&mut self, i: usize, s: Sge) {
+        self.targets[i] = s;
+    }
+
+    /// Takes in the SGE the peer has just written (an SGL message with 16 bytes of data, whose
+    /// completion was polled): the next slot in turn, in the peer's byte order.
+    pub fn take_target_write(&mut self) {
+        let i = self.tgt_next;
         let mut b = [0u8; SGE_LEN];
-        // SAFETY: i < SGL_SIZE, inside `tgt`; a volatile copy since the peer writes it.
+        // SAFETY: i < SGL_SIZE, inside `tgt`; a volatile copy since it is the peer's memory
+        // to write (a misbehaving peer may write it at any time: we only get its bytes).
         unsafe {
             let p = self.tgt.ptr.add(i * SGE_LEN);
             for (k, x) in b.iter_mut().enumerate() {
@@ -260,7 +283,7 @@ impl Ep {
             }
         }
         let s = Sge::from_bytes(&b);
-        if self.swap {
+        self.targets[i] = if self.swap {
             Sge {
                 addr: s.addr.swap_bytes(),
                 key: s.key.swap_bytes(),
@@ -268,18 +291,8 @@ impl Ep {
             }
         } else {
             s
-        }
-    }
-
-    pub fn set_target(&self, i: usize, s: Sge) {
-        let b = s.to_bytes(self.swap);
-        // SAFETY: i < SGL_SIZE, inside `tgt`.
-        unsafe {
-            let p = self.tgt.ptr.add(i * SGE_LEN);
-            for (k, x) in b.iter().enumerate() {
-                ptr::write_volatile(p.add(k), *x);
-            }
-        }
+        };
+        self.tgt_next = (i + 1) % SGL_SIZE;
     }
 
     /// Copies `n` bytes of the receive ring at `off` (wrapping) to `dst`.

@@ -36,15 +36,28 @@ struct Entry {
     length: u32,
 }
 
-fn entry_at(ep: &Ep, i: usize) -> Entry {
-    let mut b = [0u8; IOMAP_LEN];
+/// Takes in entry `index` of our table, which the peer has just written (an IOMAP_SGL
+/// message with its 24 bytes, whose completion was polled). An index past the table is the
+/// peer's mistake and changes nothing.
+pub fn take_write(ep: &mut Ep, index: u32) {
+    let i = index as usize;
+    if i >= ep.peer_iomap.len() {
+        return;
+    }
     let base = wire::SGE_LEN * wire::SGL_SIZE + i * IOMAP_LEN;
-    // SAFETY: i < iomap_size, so the entry lies inside `tgt`; volatile: the peer writes it.
+    let mut b = [0u8; IOMAP_LEN];
+    // SAFETY: i < iomap_size, so the entry lies inside `tgt`; volatile: the peer's memory to
+    // write (a misbehaving peer may write it at any time: we only get its bytes).
     unsafe {
         for (k, x) in b.iter_mut().enumerate() {
             *x = std::ptr::read_volatile(ep.tgt.ptr.add(base + k));
         }
     }
+    ep.peer_iomap[i] = b;
+}
+
+fn entry_at(ep: &Ep, i: usize) -> Entry {
+    let b = ep.peer_iomap[i];
     let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"));
     let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
     let e = Entry { offset: u64_at(0), addr: u64_at(8), key: u32_at(16), length: u32_at(20) };
@@ -61,7 +74,7 @@ fn entry_at(ep: &Ep, i: usize) -> Entry {
 }
 
 fn find(ep: &Ep, offset: u64) -> Option<Entry> {
-    (0..ep.sz.iomap_size as usize)
+    (0..ep.peer_iomap.len())
         .map(|i| entry_at(ep, i))
         .find(|e| e.length > 0 && offset >= e.offset && offset - e.offset < e.length as u64)
 }

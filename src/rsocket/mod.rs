@@ -9,6 +9,7 @@ mod capi;
 mod dgram;
 mod ep;
 mod iomap;
+mod keepalive;
 mod opts;
 mod poll;
 mod stream;
@@ -19,6 +20,7 @@ pub use opts::SOL_RDMA;
 pub use poll::{rpoll, rselect};
 
 use crate::errno::{Errno, Result};
+use crate::runtime::fork;
 use dgram::Dgram;
 use ep::Sizes;
 use once_cell::sync::Lazy;
@@ -26,23 +28,59 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use stream::{lock, Stream};
 
-static TABLE: Lazy<Mutex<HashMap<i32, Arc<Stream>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-static DGRAMS: Lazy<Mutex<HashMap<i32, Arc<Dgram>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+/// The process's rsockets by number, each stamped with the fork generation that made it. A
+/// forked child sees its parent's sockets in these tables but may not use them (they share
+/// rings and descriptors with the parent's live connections): `lookup` hides them and `close`
+/// only lets go of the child's descriptors. The tables are used under `fork::shared()`, so
+/// no thread holds them at the moment of fork.
+static TABLE: Lazy<Table<Stream>> = Lazy::new(|| Mutex::new(HashMap::new()));
+static DGRAMS: Lazy<Table<Dgram>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
-/// The datagram rsocket numbered `fd`, if it is one.
-pub fn lookup_dgram(fd: i32) -> Option<Arc<Dgram>> {
+/// Sockets by number, with the fork generation that made each.
+type Table<T> = Mutex<HashMap<i32, (u64, Arc<T>)>>;
+
+fn with<T, R>(t: &Table<T>, f: impl FnOnce(&mut HashMap<i32, (u64, Arc<T>)>) -> R) -> R {
+    crate::runtime::fork::install();
+    let _f = fork::shared();
+    f(&mut lock(t))
+}
+
+/// A parent's sockets that a forked child let go of: never dropped (their ids, QPs and memory
+/// are the parent's, and a parent thread may have held their locks at the moment of fork), but
+/// kept reachable, so a leak checker does not report the child's copy-on-write pages of them.
+static ABANDONED: Lazy<Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>> =
+    Lazy::new(|| Mutex::new(Vec::new()));
+
+fn abandon<T: Send + Sync + 'static>(s: Arc<T>) {
+    let _f = fork::shared();
+    lock(&ABANDONED).push(Box::new(s));
+}
+
+/// A parent's socket whose number a forked child reused (the child closed the descriptor
+/// without rclose): left alone, as `close` leaves it.
+fn forget_foreign<T: Send + Sync + 'static>(old: Option<(u64, Arc<T>)>) {
+    if let Some((_, s)) = old {
+        abandon(s);
+    }
+}
+
+/// The entry numbered `fd` if this process (not a parent before fork) made it.
+fn ours<T>(t: &Table<T>, fd: i32) -> Option<Arc<T>> {
     if fd < 0 {
         return None;
     }
-    lock(&DGRAMS).get(&fd).cloned()
+    let g = fork::generation();
+    with(t, |m| m.get(&fd).filter(|e| e.0 == g).map(|e| e.1.clone()))
+}
+
+/// The datagram rsocket numbered `fd`, if it is one.
+pub fn lookup_dgram(fd: i32) -> Option<Arc<Dgram>> {
+    ours(&DGRAMS, fd)
 }
 
 /// The rsocket numbered `fd`, if it is one.
 pub fn lookup(fd: i32) -> Option<Arc<Stream>> {
-    if fd < 0 {
-        return None;
-    }
-    lock(&TABLE).get(&fd).cloned()
+    ours(&TABLE, fd)
 }
 
 fn get(fd: i32) -> Result<Arc<Stream>> {
@@ -86,7 +124,8 @@ static DEFAULTS: Lazy<Sizes> = Lazy::new(|| {
 
 fn insert(s: Stream) -> i32 {
     let fd = s.fd;
-    lock(&TABLE).insert(fd, Arc::new(s));
+    let old = with(&TABLE, |m| m.insert(fd, (fork::generation(), Arc::new(s))));
+    forget_foreign(old);
     fd
 }
 
@@ -100,7 +139,8 @@ pub fn socket(domain: i32, ty: i32, protocol: i32) -> Result<i32> {
         libc::SOCK_DGRAM if protocol == 0 || protocol == libc::IPPROTO_UDP => {
             let d = Dgram::create(domain)?;
             let fd = d.fd;
-            lock(&DGRAMS).insert(fd, Arc::new(d));
+            let old = with(&DGRAMS, |m| m.insert(fd, (fork::generation(), Arc::new(d))));
+            forget_foreign(old);
             return Ok(fd);
         }
         _ => return Err(Errno::EOPNOTSUPP),
@@ -166,7 +206,14 @@ pub fn accept(fd: i32) -> Result<(i32, libc::sockaddr_storage)> {
         st.opts = parent.opts;
     }
     let peer = child.name(true);
-    Ok((insert(child), peer))
+    let keep = lock(&child.st).opts.keepalive;
+    let fd = insert(child);
+    if keep {
+        if let Some(s) = lookup(fd) {
+            keepalive::update(&s);
+        }
+    }
+    Ok((fd, peer))
 }
 
 pub fn connect(fd: i32, a: libc::sockaddr_storage) -> Result<()> {
@@ -180,14 +227,36 @@ pub fn shutdown(fd: i32, how: i32) -> Result<()> {
     if lookup_dgram(fd).is_some() {
         return Ok(());
     }
-    get(fd)?.shutdown(how)
+    let s = get(fd)?;
+    keepalive::remove(&s);
+    s.shutdown(how)
 }
 
 pub fn close(fd: i32) -> Result<()> {
-    if lock(&DGRAMS).remove(&fd).is_some() {
+    let g = fork::generation();
+    if let Some((gen, d)) = with(&DGRAMS, |m| m.remove(&fd)) {
+        if gen != g {
+            // SAFETY: the child's copy of the parent's socket descriptor, closed once here.
+            unsafe { libc::close(fd) };
+            abandon(d);
+        }
         return Ok(());
     }
-    let s = lock(&TABLE).remove(&fd).ok_or(Errno::EBADF)?;
+    let (gen, s) = with(&TABLE, |m| m.remove(&fd)).ok_or(Errno::EBADF)?;
+    if gen != g {
+        // A parent's socket in a forked child: its id, QP and memory are the parent's, so
+        // nothing is destroyed or sent (the parent's connection lives on); only the child's
+        // copies of the descriptors go. The rest is the child's copy-on-write memory, left as
+        // it is (a parent thread may have held its locks at the moment of fork).
+        // SAFETY: the child's copies of the descriptors, closed once here.
+        unsafe {
+            libc::close(s.fd);
+            libc::close(s.kick);
+        }
+        abandon(s);
+        return Ok(());
+    }
+    keepalive::remove(&s);
     let connected = lock(&s.st).phase == stream::Phase::Connected;
     if connected {
         let _ = s.shutdown(libc::SHUT_RDWR);
@@ -276,7 +345,15 @@ pub fn setsockopt(fd: i32, level: i32, name: i32, v: &[u8]) -> Result<()> {
         let r = unsafe { libc::setsockopt(d.fd, level, name, v.as_ptr().cast(), v.len() as u32) };
         return crate::errno::check(r).map(drop);
     }
-    get(fd)?.setsockopt(level, name, v)
+    let s = get(fd)?;
+    s.setsockopt(level, name, v)?;
+    if matches!(
+        (level, name),
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) | (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE)
+    ) {
+        keepalive::update(&s);
+    }
+    Ok(())
 }
 
 pub fn getsockopt(fd: i32, level: i32, name: i32, out: &mut [u8]) -> Result<usize> {

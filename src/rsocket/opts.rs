@@ -64,14 +64,25 @@ impl Stream {
                 let secs = int_of(&v[4..])?;
                 st.opts.linger = (on != 0).then_some(secs);
             }
-            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => st.opts.keepalive = int_of(v)? != 0,
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
+                st.opts.keepalive = int_of(v)? != 0;
+                if st.opts.keepalive && st.opts.keepalive_time == 0 {
+                    st.opts.keepalive_time = super::keepalive::default_time();
+                }
+            }
             (libc::SOL_SOCKET, libc::SO_OOBINLINE) => st.opts.oobinline = int_of(v)? != 0,
             (libc::IPPROTO_TCP, libc::TCP_NODELAY) => st.opts.nodelay = int_of(v)? != 0,
             (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => {
                 int_of(v)?;
             }
-            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => {
-                st.opts.keepalive_time = int_of(v)?.max(1) as u32
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => match int_of(v)? {
+                t if t <= 0 => return Err(Errno::EINVAL),
+                t => st.opts.keepalive_time = t as u32,
+            },
+            // Retry counts and probe intervals have no meaning over a reliable connection
+            // (librdmacm accepts and ignores them too).
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL) => {
+                int_of(v)?;
             }
             (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => {
                 let mut on = int_of(v)?;
@@ -143,6 +154,7 @@ impl Stream {
             (libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(st.opts.nodelay as i32, out),
             (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => int(2048, out),
             (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => int(st.opts.keepalive_time as i32, out),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL) => int(1, out),
             (SOL_RDMA, RDMA_SQSIZE) => int(ep_sizes.sq_size as i32, out),
             (SOL_RDMA, RDMA_RQSIZE) => int(ep_sizes.rq_size as i32, out),
             (SOL_RDMA, RDMA_INLINE) => int(ep_sizes.sq_inline as i32, out),

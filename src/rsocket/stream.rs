@@ -265,7 +265,7 @@ impl Stream {
                 length: wire::scale_to_value(c.target_iomap_size as u32, 8),
             };
         }
-        // Our slot 0 is written locally, in the order the peer would use.
+        // Slot 0 comes with the connection data (the peer writes slots 1, 0, 1, … later).
         let first = Sge {
             addr: c.data_buf.addr.get(),
             key: c.data_buf.key.get(),

@@ -87,7 +87,7 @@ impl Stream {
                     reposts += 1;
                     // SAFETY: receive completions of RDMA WRITE with immediate carry imm_data.
                     let m = u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data });
-                    Self::on_recv(st, m);
+                    Self::on_recv(st, m, w.byte_len);
                 } else {
                     Self::on_send(st, w.wr_id as u32, w.status);
                 }
@@ -107,12 +107,22 @@ impl Stream {
         any
     }
 
-    fn on_recv(st: &mut State, m: u32) {
+    fn on_recv(st: &mut State, m: u32, byte_len: u32) {
         let Some(ep) = st.ep.as_mut() else { return };
         let data = wire::msg_data(m);
         match wire::msg_op(m) {
-            wire::OP_SGL => ep.sseq_comp = data as u16,
-            wire::OP_IOMAP_SGL | wire::OP_WRITE => {}
+            wire::OP_SGL => {
+                ep.sseq_comp = data as u16;
+                if byte_len as usize == SGE_LEN {
+                    ep.take_target_write();
+                }
+            }
+            wire::OP_IOMAP_SGL => {
+                if byte_len as usize == wire::IOMAP_LEN {
+                    super::iomap::take_write(ep, data);
+                }
+            }
+            wire::OP_WRITE => {}
             wire::OP_CTRL => match data {
                 wire::CTRL_DISCONNECT => {
                     st.phase = Phase::Disconnected;
