@@ -157,7 +157,7 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     // SAFETY: all-zero is a valid sockaddr_in6.
     let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    let mut cbuf = [0u64; 16];
+    let mut cbuf = [0u64; CBUF_WORDS];
     let mut msg = msghdr(&mut sa, &mut iov, &mut cbuf, usize::MAX);
     // SAFETY: msg describes valid buffers for the duration of the call.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
@@ -165,6 +165,15 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
         let e = Errno::last();
         return if e == Errno::EAGAIN { Ok(None) } else { Err(e) };
     }
+    parse(&msg, &sa, n as usize).map(Some)
+}
+
+/// Control-message room per datagram (both packet-information messages fit).
+const CBUF_WORDS: usize = 16;
+
+/// What a received `msg` (filled by the kernel, `n` bytes of data) says: the sender `sa`
+/// and the local address from the packet information.
+fn parse(msg: &libc::msghdr, sa: &libc::sockaddr_in6, n: usize) -> Result<Received> {
     if msg.msg_flags & libc::MSG_TRUNC != 0 || sa.sin6_family != libc::AF_INET6 as libc::sa_family_t
     {
         return Err(Errno::EINVAL);
@@ -172,10 +181,10 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
     let from =
         SocketAddr::new(unmapped(Ipv6Addr::from(sa.sin6_addr.s6_addr)), u16::from_be(sa.sin6_port));
     let mut to = None;
-    // SAFETY: walking the control messages the kernel wrote into cbuf, within msg_controllen;
-    // each data read is unaligned and of the type its level/type names.
+    // SAFETY: walking the control messages the kernel wrote into the control buffer, within
+    // msg_controllen; each data read is unaligned and of the type its level/type names.
     unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        let mut c = libc::CMSG_FIRSTHDR(msg);
         while !c.is_null() {
             match ((*c).cmsg_level, (*c).cmsg_type) {
                 (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
@@ -189,10 +198,97 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
                 }
                 _ => {}
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
+            c = libc::CMSG_NXTHDR(msg, c);
         }
     }
-    Ok(Some(Received { len: n as usize, from, to }))
+    Ok(Received { len: n, from, to })
+}
+
+/// Buffers for receiving up to `count` datagrams of up to `size` bytes with one system call
+/// (`recvmmsg`): a busy socket costs one call per batch instead of one per datagram.
+pub struct RecvBatch {
+    size: usize,
+    data: Vec<u8>,
+    names: Vec<libc::sockaddr_in6>,
+    cbufs: Vec<[u64; CBUF_WORDS]>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    got: usize,
+}
+
+// SAFETY: the raw pointers inside `iovs`/`hdrs` point only into this value's own heap buffers
+// and are rebuilt before every use; nothing is shared.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    pub fn new(count: usize, size: usize) -> RecvBatch {
+        let count = count.max(1);
+        // SAFETY: all-zero is a valid sockaddr_in6, iovec and mmsghdr (null pointers, zero
+        // lengths); they are filled in before each call.
+        let (name, iov, hdr) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+        RecvBatch {
+            size,
+            data: vec![0; count * size],
+            names: vec![name; count],
+            cbufs: vec![[0; CBUF_WORDS]; count],
+            iovs: vec![iov; count],
+            hdrs: vec![hdr; count],
+            got: 0,
+        }
+    }
+
+    /// Receives what is pending, up to the batch's size, without blocking: how many came
+    /// (0 when none is pending).
+    pub fn recv(&mut self, fd: RawFd) -> Result<usize> {
+        self.got = 0;
+        let count = self.hdrs.len();
+        for i in 0..count {
+            self.iovs[i] = libc::iovec {
+                // SAFETY: i * size + size <= data.len(): the slot lies inside `data`.
+                iov_base: unsafe { self.data.as_mut_ptr().add(i * self.size) }.cast(),
+                iov_len: self.size,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_in6).cast();
+            h.msg_namelen = SOCKADDR6_LEN;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.cbufs[i].as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of::<[u64; CBUF_WORDS]>();
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: every header points at its own name, iovec and control buffer, all alive and
+        // unmoved (this value is borrowed mutably) for the duration of the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                count as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = Errno::last();
+            return if e == Errno::EAGAIN { Ok(0) } else { Err(e) };
+        }
+        self.got = n as usize;
+        Ok(self.got)
+    }
+
+    /// Datagram `i` of the last `recv`: what it says, and its bytes (`EINVAL`: truncated or
+    /// without an IPv6 sender name).
+    pub fn get(&self, i: usize) -> Option<(Result<Received>, &[u8])> {
+        if i >= self.got {
+            return None;
+        }
+        let h = &self.hdrs[i];
+        let n = (h.msg_len as usize).min(self.size);
+        let data = &self.data[i * self.size..i * self.size + n];
+        Some((parse(&h.msg_hdr, &self.names[i], n), data))
+    }
 }
 
 /// What the kernel's routing says about a destination.

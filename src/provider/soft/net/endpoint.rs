@@ -53,8 +53,8 @@ pub struct Sock {
     pub port: u16,
     /// Held while a thread reads the socket and hands its packets to QPs: one reader at a
     /// time keeps the packets of a QP in their order (the progress thread and an application
-    /// thread polling its CQ both read).
-    pub(super) reading: Mutex<()>,
+    /// thread polling its CQ both read). It owns the receive buffers.
+    pub(super) reading: Mutex<udp::RecvBatch>,
 }
 
 impl AsRawFd for Sock {
@@ -105,7 +105,8 @@ pub fn allocate() -> Result<(u32, Arc<Sock>)> {
         }
     }
     let (fd, port) = bind_socket()?;
-    let fd = Arc::new(Sock { fd, port, reading: Mutex::new(()) });
+    let batch = udp::RecvBatch::new(super::recv::BATCH, super::recv::BUF);
+    let fd = Arc::new(Sock { fd, port, reading: Mutex::new(batch) });
     super::recv::watch(fd.clone())?;
     let mut slots = Slots::default();
     let slot = slots.take(port).ok_or(Errno::ENOSPC)?;
@@ -152,11 +153,15 @@ pub struct Received {
 
 /// Receives one datagram without blocking (`None`: nothing waiting, or no destination address).
 pub fn recv_one(fd: RawFd, buf: &mut [u8]) -> Option<Result<Received>> {
-    let r = match udp::recv(fd, buf).transpose()? {
-        Ok(r) => r,
-        Err(e) => return Some(Err(e)),
-    };
-    // The QPs see addresses as the dual-stack socket names them (IPv4 as v4-mapped).
+    match udp::recv(fd, buf).transpose()? {
+        Ok(r) => received(r),
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// A datagram as the QPs see addresses: as the dual-stack socket names them (IPv4 as
+/// v4-mapped); `None` without a destination address.
+pub fn received(r: udp::Received) -> Option<Result<Received>> {
     let from = SocketAddr::V6(SocketAddrV6::new(udp::mapped(r.from.ip()), r.from.port(), 0, 0));
     let to = IpAddr::V6(udp::mapped(r.to?));
     Some(Ok(Received { len: r.len, from, to }))

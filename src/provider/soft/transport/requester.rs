@@ -12,6 +12,8 @@ use std::collections::VecDeque;
 
 /// PSNs the send queue may span (keeps every comparison far inside the 2^23 half-space).
 const MAX_SPAN: i32 = 1 << 22;
+/// The window a loss shrinks to at the least (packets).
+const MIN_CWND: u32 = 4;
 
 /// One posted work request and how far it has been acknowledged.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +43,7 @@ impl std::fmt::Debug for Requester {
             .field("snd", &self.snd)
             .field("sent_hi", &self.sent_hi)
             .field("cwnd", &self.cwnd)
+            .field("ssthresh", &self.ssthresh)
             .field("timer", &self.timer)
             .field("rnr_wait", &self.rnr_wait)
             .field("rewound", &self.rewound)
@@ -70,8 +73,12 @@ pub struct Requester {
     /// one: the receiver may only be slow (a busy host), not losing anything, and a whole
     /// window sent again would queue a window of duplicates in front of new data there, make
     /// the next ACK later still, and feed on itself until the retries run out. It doubles with
-    /// each ACK that makes progress.
+    /// each ACK that makes progress up to `ssthresh`, then grows by one per such ACK.
     cwnd: u32,
+    /// Where doubling stops. A sequence NAK (a packet lost while the path works) halves the
+    /// window into it: go-back-N resends everything in flight after a loss, so a smaller
+    /// window under loss wastes less, and a loss-free path grows it back to `window`.
+    ssthresh: u32,
     /// After a timeout: the PSN resent as a probe. If the next progress acknowledges more than
     /// the probe, packets never resent since the timeout got there: nothing was lost, the
     /// timeout was spurious, and sending resumes where it was (no window of duplicates).
@@ -111,6 +118,7 @@ impl Requester {
             sent_hi: sq_psn,
             timer: None,
             cwnd: cfg.window.max(1),
+            ssthresh: cfg.window.max(1),
             probe: None,
             retries: cfg.retry_cnt,
             rnr_left: cfg.rnr_retry,
@@ -185,6 +193,7 @@ impl Requester {
                 self.retries -= 1;
                 self.stats.timeouts += 1;
                 self.snd = self.una;
+                self.ssthresh = (self.cwnd / 2).max(MIN_CWND);
                 self.cwnd = 1;
                 self.probe = Some(self.una);
             }
@@ -375,6 +384,8 @@ impl Requester {
                     self.ack_through(psn::prev(p), now, out);
                     if self.una == p && self.rnr_wait.is_none() {
                         self.snd = p;
+                        self.ssthresh = (self.limit() / 2).max(MIN_CWND);
+                        self.cwnd = self.ssthresh;
                     }
                 }
                 Syndrome::Nak(
@@ -498,10 +509,16 @@ impl Requester {
 
     /// `una` advanced: reset the retry budgets and the timer, and complete what is done.
     fn progress(&mut self, now: u64, out: &mut impl Sink) {
-        self.cwnd = self.cwnd.saturating_mul(2).min(self.cfg.window.max(1));
+        self.cwnd = if self.cwnd < self.ssthresh {
+            self.cwnd.saturating_mul(2).min(self.ssthresh)
+        } else {
+            self.cwnd.saturating_add(1)
+        }
+        .min(self.cfg.window.max(1));
         if let Some(probe) = self.probe.take() {
             if psn::diff(self.una, probe) > 1 {
                 self.cwnd = self.cfg.window.max(1);
+                self.ssthresh = self.cwnd;
                 self.snd = self.sent_hi;
             }
         }
