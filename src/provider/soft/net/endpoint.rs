@@ -128,17 +128,38 @@ pub fn release(qpn: u32) {
 pub fn send_from(fd: RawFd, buf: &[u8], src: IpAddr, dst: SocketAddr) -> Result<()> {
     for _ in 0..2 {
         match udp::send_from(fd, src, dst, buf) {
-            Err(e) if e == Errno::EAGAIN => {
-                // Our own send buffer is full (a burst): wait for it to drain a little rather
-                // than drop the packet and pay a retransmission timeout.
-                let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut p, 1, SEND_WAIT_MS) };
-            }
+            Err(e) if e == Errno::EAGAIN => wait_room(fd),
             r => return r,
         }
     }
     Err(Errno::EAGAIN)
+}
+
+/// Our own send buffer is full (a burst): wait for it to drain a little rather than drop
+/// packets and pay a retransmission timeout.
+fn wait_room(fd: RawFd) {
+    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, SEND_WAIT_MS) };
+}
+
+/// Sends datagrams to `dst` from `src`, batched: how many went (a datagram that cannot go, say
+/// for want of a route, counts as sent: a loss, like the wire's). Waits once for room in a
+/// full send buffer; what still does not fit is dropped (the transport recovers it).
+pub fn send_all_from(fd: RawFd, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) -> usize {
+    let (mut sent, mut waited) = (0, false);
+    while sent < bufs.len() {
+        match udp::send_batch_from(fd, src, dst, &bufs[sent..]) {
+            Ok(n) if n > 0 => sent += n,
+            Err(e) if e != Errno::EAGAIN => sent += 1,
+            _ if !waited => {
+                waited = true;
+                wait_room(fd);
+            }
+            _ => break,
+        }
+    }
+    sent
 }
 
 /// How long a send waits for room in a full socket buffer before the packet is dropped.

@@ -5,6 +5,7 @@
 
 use super::endpoint::{self, Sock};
 use crate::errno::Result;
+use crate::provider::soft::qp::Delivered;
 use crate::provider::soft::roce::{self, Flow};
 use crate::runtime::engine::engine;
 use std::net::SocketAddr;
@@ -52,12 +53,14 @@ pub fn drain(sock: &Sock) -> bool {
             }
         };
         got = true;
+        let mut delivered = Delivered::default();
         for i in 0..n {
             let Some((r, data)) = batch.get(i) else { break };
-            if !deliver(r.map(endpoint::received), data, port) {
+            if !deliver(r.map(endpoint::received), data, port, &mut delivered) {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
             }
         }
+        delivered.flush();
         if n < BATCH {
             return got;
         }
@@ -66,12 +69,17 @@ pub fn drain(sock: &Sock) -> bool {
 }
 
 /// Checks one datagram and hands it to its QP: whether a QP took it.
-fn deliver(r: Result<Option<Result<endpoint::Received>>>, data: &[u8], port: u16) -> bool {
+fn deliver(
+    r: Result<Option<Result<endpoint::Received>>>,
+    data: &[u8],
+    port: u16,
+    delivered: &mut Delivered,
+) -> bool {
     let Ok(Some(Ok(r))) = r else { return false };
     let Some(flow) = Flow::new(r.from, SocketAddr::new(r.to, port)) else { return false };
     let Ok(pkt) = roce::decode(data, &flow) else { return false };
     let qpn = pkt.bth.dest_qp();
     // A QPN names its socket: a packet for a QPN of another port is not ours.
     endpoint::port_of(qpn) == port
-        && crate::provider::soft::qp::deliver_packet(qpn, &pkt, &r.from, r.to)
+        && crate::provider::soft::qp::deliver_packet(qpn, &pkt, &r.from, r.to, delivered)
 }
