@@ -7,11 +7,15 @@
  *  - fetch-and-adds return 0, 1, 2, ... in order and the target counter ends at their number
  *    (a duplicated or replayed atomic must not execute twice).
  *
- *   net_stream server PORT GID_INDEX
- *   net_stream client HOST PORT GID_INDEX
+ *   net_stream server PORT GID_INDEX [SENDS MAXMSG BYTES]
+ *   net_stream client HOST PORT GID_INDEX [SENDS MAXMSG BYTES]
+ * Both sides take the same optional sizes (default 400 SENDs of up to 12 KiB, 1 MiB): SENDS
+ * messages of 16 to MAXMSG bytes; BYTES of RDMA WRITEs and as many of READs, in rounds of at
+ * most 64 MiB (each round new content, written, read back, and checked by both sides).
  * Exit 0 and "net_stream: OK" on success. */
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +28,12 @@
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
 	fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } } while (0)
 
-enum { SENDS = 400, MAXMSG = 12 * 1024, SLOTS = 32, AREA = 1 << 20, ADDS = 200, DEPTH = 16,
+enum { SLOTS = 128, MAX_AREA = 64 << 20, ADDS = 200, DEPTH = 16, SEND_DEPTH = 64,
        TIMEOUT_MS = 120000 };
+
+static uint32_t SENDS = 400, MAXMSG = 12 * 1024;
+static uint64_t BYTES = 1 << 20;
+static size_t AREA;
 
 struct info { uint32_t qpn, psn, rkey, pad; uint64_t addr; uint8_t gid[16]; };
 struct hdr { uint32_t seq, len; uint64_t sum; };
@@ -47,7 +55,10 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 	}
 }
 
-static uint32_t msg_len(uint32_t k) { return sizeof(struct hdr) + (k * 7919u) % (MAXMSG - sizeof(struct hdr)); }
+static uint32_t msg_len(uint32_t k)
+{
+	return sizeof(struct hdr) + (uint32_t)(((uint64_t)k * 7919u) % (MAXMSG - sizeof(struct hdr) + 1));
+}
 
 static void xfer(int fd, void *p, size_t n, int out)
 {
@@ -84,15 +95,26 @@ static int tcp(const char *host, const char *port)
 }
 
 static struct ibv_context *ctx;
+static struct ibv_comp_channel *channel;
 static struct ibv_cq *cq;
 static struct ibv_qp *qp;
 
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* The next completion (it must be a success). Spins briefly, then sleeps on the completion
+ * channel: two busy-polling processes on a small machine would starve the kernel's softirq
+ * thread that carries their packets between the namespaces. */
 static struct ibv_wc poll1(void)
 {
 	struct ibv_wc wc;
-	struct timespec t0, t;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
+	for (int spin = 0;; spin++) {
 		int n = ibv_poll_cq(cq, 1, &wc);
 		CHECK(n >= 0, "poll_cq");
 		if (n == 1) {
@@ -100,9 +122,25 @@ static struct ibv_wc poll1(void)
 			      ibv_wc_status_str(wc.status));
 			return wc;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		CHECK((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < TIMEOUT_MS,
-		      "no completion in %d ms", TIMEOUT_MS);
+		CHECK(ms_since(&t0) < TIMEOUT_MS, "no completion in %d ms", TIMEOUT_MS);
+		if (spin < 200)
+			continue;
+		CHECK(ibv_req_notify_cq(cq, 0) == 0, "req_notify_cq");
+		n = ibv_poll_cq(cq, 1, &wc); /* one may have come before the request */
+		CHECK(n >= 0, "poll_cq");
+		if (n == 1) {
+			CHECK(wc.status == IBV_WC_SUCCESS, "wr %llu: %s", (unsigned long long)wc.wr_id,
+			      ibv_wc_status_str(wc.status));
+			return wc;
+		}
+		struct pollfd pfd = { .fd = channel->fd, .events = POLLIN };
+		if (poll(&pfd, 1, 100) == 1) {
+			struct ibv_cq *ev_cq;
+			void *ev_ctx;
+			CHECK(ibv_get_cq_event(channel, &ev_cq, &ev_ctx) == 0, "get_cq_event");
+			ibv_ack_cq_events(ev_cq, 1);
+		}
+		spin = 0;
 	}
 }
 
@@ -131,7 +169,7 @@ static void connect_qp(struct info *me, const struct info *peer, int gidx)
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = me->psn;
-	a.timeout = 12; /* 16 ms */
+	a.timeout = 14; /* 67 ms, what the CM sets on a RoCE route */
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;
@@ -159,19 +197,31 @@ static void post(enum ibv_wr_opcode op, void *buf, uint32_t len, uint32_t lkey, 
 
 int main(int argc, char **argv)
 {
-	int server = argc == 4 && !strcmp(argv[1], "server");
-	CHECK(server || (argc == 5 && !strcmp(argv[1], "client")),
-	      "usage: net_stream server PORT GIDX | net_stream client HOST PORT GIDX");
-	int gidx = atoi(argv[argc - 1]);
+	int server = argc >= 2 && !strcmp(argv[1], "server");
+	int base = server ? 4 : 5; /* where the optional sizes start */
+	CHECK((argc == base || argc == base + 3) && (server || !strcmp(argv[1], "client")),
+	      "usage: net_stream server PORT GIDX [SENDS MAXMSG BYTES] | "
+	      "net_stream client HOST PORT GIDX [SENDS MAXMSG BYTES]");
+	int gidx = atoi(argv[base - 1]);
+	if (argc == base + 3) {
+		SENDS = (uint32_t)strtoul(argv[base], NULL, 0);
+		MAXMSG = (uint32_t)strtoul(argv[base + 1], NULL, 0);
+		BYTES = strtoull(argv[base + 2], NULL, 0);
+	}
+	CHECK(MAXMSG >= sizeof(struct hdr) && MAXMSG <= 1 << 20 && BYTES > 0, "bad sizes");
+	AREA = BYTES < MAX_AREA ? BYTES : MAX_AREA;
+	uint32_t rounds = (uint32_t)((BYTES + AREA - 1) / AREA);
 	struct ibv_device **list = ibv_get_device_list(NULL);
 	CHECK(list && list[0], "no device");
 	ctx = ibv_open_device(list[0]);
 	CHECK(ctx, "open_device");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	channel = ibv_create_comp_channel(ctx);
+	CHECK(channel, "comp_channel");
+	cq = ibv_create_cq(ctx, 2 * (SLOTS + SEND_DEPTH), NULL, channel, 0);
 	CHECK(pd && cq, "pd/cq");
 	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				       .cap = { .max_send_wr = 64, .max_recv_wr = SLOTS, .max_send_sge = 1,
+				       .cap = { .max_send_wr = SEND_DEPTH, .max_recv_wr = SLOTS, .max_send_sge = 1,
 						.max_recv_sge = 1 } };
 	qp = ibv_create_qp(pd, &ia);
 	CHECK(qp, "create_qp");
@@ -221,14 +271,19 @@ int main(int argc, char **argv)
 			struct ibv_recv_wr wr = { .wr_id = wc.wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
 			CHECK(ibv_post_recv(qp, &wr, &bad) == 0, "post_recv");
 		}
-		printf("net_stream: %d SENDs exactly once, in order\n", SENDS);
-		uint64_t want[2];
-		xfer(s, want, sizeof want, 0); /* the client is done: checksum of the area, adds */
-		CHECK(fnv(area, AREA) == want[0], "written area differs from the client's source");
-		CHECK(*counter == want[1], "counter %llu after %llu fetch-and-adds",
-		      (unsigned long long)*counter, (unsigned long long)want[1]);
-		printf("net_stream: 1 MiB written as sent; counter %llu\nnet_stream: OK\n",
-		       (unsigned long long)*counter);
+		printf("net_stream: %u SENDs exactly once, in order\n", SENDS);
+		for (uint32_t r = 0; r < rounds; r++) {
+			uint64_t sum;
+			xfer(s, &sum, sizeof sum, 0); /* the client wrote and read back round r */
+			CHECK(fnv(area, AREA) == sum, "round %u: written area differs from the client's source", r);
+			xfer(s, &go, 1, 1);
+		}
+		uint64_t want;
+		xfer(s, &want, sizeof want, 0); /* the client is done: its fetch-and-adds */
+		CHECK(*counter == want, "counter %llu after %llu fetch-and-adds",
+		      (unsigned long long)*counter, (unsigned long long)want);
+		printf("net_stream: %llu bytes written as sent; counter %llu\nnet_stream: OK\n",
+		       (unsigned long long)rounds * AREA, (unsigned long long)*counter);
 		xfer(s, &go, 1, 1);
 		return 0;
 	}
@@ -236,7 +291,7 @@ int main(int argc, char **argv)
 	/* Client: SENDs, at most DEPTH outstanding. */
 	uint32_t done = 0;
 	for (uint32_t k = 0; k < SENDS; k++) {
-		if (k - done >= DEPTH) {
+		if (k - done >= SEND_DEPTH) {
 			poll1();
 			done++;
 		}
@@ -249,34 +304,41 @@ int main(int argc, char **argv)
 	}
 	for (; done < SENDS; done++)
 		poll1();
-	printf("net_stream: %d SENDs completed\n", SENDS);
+	printf("net_stream: %u SENDs completed\n", SENDS);
 
-	/* WRITEs of varying size cover the peer's area; then READs in other chunks bring it back. */
+	/* Each round: WRITEs of varying size cover the peer's area with new content; READs in other
+	 * chunks bring it back; both sides compare. */
 	uint64_t raddr = peer.addr + (size_t)SLOTS * MAXMSG;
-	fill(area, AREA, 12345);
 	uint32_t n = 0, out = 0;
-	for (uint32_t off = 0, i = 0; off < AREA; i++) {
-		uint32_t len = 1 + (i * 104729u) % 65536;
-		if (len > AREA - off)
-			len = AREA - off;
-		if (out == DEPTH) { poll1(); out--; }
-		post(IBV_WR_RDMA_WRITE, area + off, len, mr->lkey, raddr + off, peer.rkey, n++);
-		out++;
-		off += len;
+	for (uint32_t r = 0; r < rounds; r++) {
+		fill(area, AREA, 12345 + r);
+		for (uint32_t off = 0, i = 0; off < AREA; i++) {
+			uint32_t len = 1 + (i * 104729u) % 65536;
+			if (len > AREA - off)
+				len = AREA - off;
+			if (out == DEPTH) { poll1(); out--; }
+			post(IBV_WR_RDMA_WRITE, area + off, len, mr->lkey, raddr + off, peer.rkey, n++);
+			out++;
+			off += len;
+		}
+		for (uint32_t off = 0, i = 0; off < AREA; i++) {
+			uint32_t len = 4096 + (i * 7u) % 131072;
+			if (len > AREA - off)
+				len = AREA - off;
+			if (out == DEPTH) { poll1(); out--; }
+			post(IBV_WR_RDMA_READ, back + off, len, mr->lkey, raddr + off, peer.rkey, n++);
+			out++;
+			off += len;
+		}
+		for (; out; out--)
+			poll1();
+		CHECK(memcmp(area, back, AREA) == 0, "round %u: read back differs from what was written", r);
+		uint64_t sum = fnv(area, AREA);
+		xfer(s, &sum, sizeof sum, 1);
+		xfer(s, &go, 1, 0); /* the server checked its copy */
 	}
-	for (uint32_t off = 0, i = 0; off < AREA; i++) {
-		uint32_t len = 4096 + (i * 7u) % 131072;
-		if (len > AREA - off)
-			len = AREA - off;
-		if (out == DEPTH) { poll1(); out--; }
-		post(IBV_WR_RDMA_READ, back + off, len, mr->lkey, raddr + off, peer.rkey, n++);
-		out++;
-		off += len;
-	}
-	for (; out; out--)
-		poll1();
-	CHECK(memcmp(area, back, AREA) == 0, "1 MiB read back differs from what was written");
-	printf("net_stream: %u WRITEs and READs: 1 MiB read back as written\n", n);
+	printf("net_stream: %u WRITEs and READs: %llu bytes read back as written\n", n,
+	       (unsigned long long)rounds * AREA);
 
 	/* Fetch-and-adds, one at a time: each returns the count before it. */
 	for (uint64_t i = 0; i < ADDS; i++) {
@@ -290,8 +352,8 @@ int main(int argc, char **argv)
 		      (unsigned long long)*res);
 	}
 	printf("net_stream: %d fetch-and-adds, each once\n", ADDS);
-	uint64_t want[2] = { fnv(area, AREA), ADDS };
-	xfer(s, want, sizeof want, 1);
+	uint64_t want = ADDS;
+	xfer(s, &want, sizeof want, 1);
 	xfer(s, &go, 1, 0);
 	printf("net_stream: OK\n");
 	return 0;

@@ -116,8 +116,27 @@ fn msghdr(
 /// Sends one datagram from `src` (an address of ours, pinned with `IPV6_PKTINFO`) to `dst`,
 /// without blocking (`EAGAIN` when the socket buffer is full).
 pub fn send_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[u8]) -> Result<()> {
+    send_batch_from(fd, src, dst, &[data]).and_then(|n| {
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(Errno::EAGAIN)
+        }
+    })
+}
+
+/// Most datagrams one `send_batch_from` call takes.
+pub const SEND_BATCH: usize = 64;
+
+/// Sends up to [`SEND_BATCH`] datagrams from `src` to `dst` with one system call (`sendmmsg`),
+/// without blocking: how many went (the first ones; fewer when the socket buffer filled), or
+/// the error if the first could not go.
+pub fn send_batch_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[&[u8]]) -> Result<usize> {
+    let count = data.len().min(SEND_BATCH);
+    if count == 0 {
+        return Ok(0);
+    }
     let mut sa = sockaddr6(dst);
-    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
     let info = libc::in6_pktinfo {
         ipi6_addr: libc::in6_addr { s6_addr: mapped(src).octets() },
         ipi6_ifindex: 0,
@@ -125,7 +144,8 @@ pub fn send_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[u8]) -> Result
     let mut cbuf = [0u64; 8];
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::in6_pktinfo>() as u32) };
-    let msg = msghdr(&mut sa, &mut iov, &mut cbuf, space as usize);
+    let mut iov0 = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+    let msg = msghdr(&mut sa, &mut iov0, &mut cbuf, space as usize);
     // SAFETY: msg_control points at cbuf, large enough for one in6_pktinfo cmsg (64 bytes), so
     // the first header and its data lie inside it.
     unsafe {
@@ -135,12 +155,30 @@ pub fn send_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[u8]) -> Result
         (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::in6_pktinfo>() as u32) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>(), info);
     }
-    // SAFETY: msg describes valid buffers for the duration of the call.
-    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; SEND_BATCH];
+    // SAFETY: all-zero is a valid mmsghdr; each is filled in below.
+    let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    for (i, d) in data.iter().take(count).enumerate() {
+        iovs[i] = libc::iovec { iov_base: d.as_ptr() as *mut _, iov_len: d.len() };
+        // Every datagram shares the one destination name and source-address message (the
+        // kernel only reads them).
+        hdrs[i].msg_hdr = msg;
+        hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
+    }
+    // SAFETY: every header points at the shared name and control buffer and at its own
+    // iovec, all alive and unmoved until the call returns; the data are borrowed slices.
+    let r = unsafe {
+        libc::sendmmsg(
+            fd,
+            hdrs.as_mut_ptr(),
+            count as libc::c_uint,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
     if r < 0 {
         return Err(Errno::last());
     }
-    Ok(())
+    Ok(r as usize)
 }
 
 /// One received datagram: its length, the sender, and the local address it was sent to
@@ -157,7 +195,7 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     // SAFETY: all-zero is a valid sockaddr_in6.
     let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    let mut cbuf = [0u64; 16];
+    let mut cbuf = [0u64; CBUF_WORDS];
     let mut msg = msghdr(&mut sa, &mut iov, &mut cbuf, usize::MAX);
     // SAFETY: msg describes valid buffers for the duration of the call.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
@@ -165,6 +203,15 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
         let e = Errno::last();
         return if e == Errno::EAGAIN { Ok(None) } else { Err(e) };
     }
+    parse(&msg, &sa, n as usize).map(Some)
+}
+
+/// Control-message room per datagram (both packet-information messages fit).
+const CBUF_WORDS: usize = 16;
+
+/// What a received `msg` (filled by the kernel, `n` bytes of data) says: the sender `sa`
+/// and the local address from the packet information.
+fn parse(msg: &libc::msghdr, sa: &libc::sockaddr_in6, n: usize) -> Result<Received> {
     if msg.msg_flags & libc::MSG_TRUNC != 0 || sa.sin6_family != libc::AF_INET6 as libc::sa_family_t
     {
         return Err(Errno::EINVAL);
@@ -172,10 +219,10 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
     let from =
         SocketAddr::new(unmapped(Ipv6Addr::from(sa.sin6_addr.s6_addr)), u16::from_be(sa.sin6_port));
     let mut to = None;
-    // SAFETY: walking the control messages the kernel wrote into cbuf, within msg_controllen;
-    // each data read is unaligned and of the type its level/type names.
+    // SAFETY: walking the control messages the kernel wrote into the control buffer, within
+    // msg_controllen; each data read is unaligned and of the type its level/type names.
     unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        let mut c = libc::CMSG_FIRSTHDR(msg);
         while !c.is_null() {
             match ((*c).cmsg_level, (*c).cmsg_type) {
                 (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
@@ -189,10 +236,97 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
                 }
                 _ => {}
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
+            c = libc::CMSG_NXTHDR(msg, c);
         }
     }
-    Ok(Some(Received { len: n as usize, from, to }))
+    Ok(Received { len: n, from, to })
+}
+
+/// Buffers for receiving up to `count` datagrams of up to `size` bytes with one system call
+/// (`recvmmsg`): a busy socket costs one call per batch instead of one per datagram.
+pub struct RecvBatch {
+    size: usize,
+    data: Vec<u8>,
+    names: Vec<libc::sockaddr_in6>,
+    cbufs: Vec<[u64; CBUF_WORDS]>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    got: usize,
+}
+
+// SAFETY: the raw pointers inside `iovs`/`hdrs` point only into this value's own heap buffers
+// and are rebuilt before every use; nothing is shared.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    pub fn new(count: usize, size: usize) -> RecvBatch {
+        let count = count.max(1);
+        // SAFETY: all-zero is a valid sockaddr_in6, iovec and mmsghdr (null pointers, zero
+        // lengths); they are filled in before each call.
+        let (name, iov, hdr) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+        RecvBatch {
+            size,
+            data: vec![0; count * size],
+            names: vec![name; count],
+            cbufs: vec![[0; CBUF_WORDS]; count],
+            iovs: vec![iov; count],
+            hdrs: vec![hdr; count],
+            got: 0,
+        }
+    }
+
+    /// Receives what is pending, up to the batch's size, without blocking: how many came
+    /// (0 when none is pending).
+    pub fn recv(&mut self, fd: RawFd) -> Result<usize> {
+        self.got = 0;
+        let count = self.hdrs.len();
+        for i in 0..count {
+            self.iovs[i] = libc::iovec {
+                // SAFETY: i * size + size <= data.len(): the slot lies inside `data`.
+                iov_base: unsafe { self.data.as_mut_ptr().add(i * self.size) }.cast(),
+                iov_len: self.size,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_in6).cast();
+            h.msg_namelen = SOCKADDR6_LEN;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.cbufs[i].as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of::<[u64; CBUF_WORDS]>();
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: every header points at its own name, iovec and control buffer, all alive and
+        // unmoved (this value is borrowed mutably) for the duration of the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                count as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = Errno::last();
+            return if e == Errno::EAGAIN { Ok(0) } else { Err(e) };
+        }
+        self.got = n as usize;
+        Ok(self.got)
+    }
+
+    /// Datagram `i` of the last `recv`: what it says, and its bytes (`EINVAL`: truncated or
+    /// without an IPv6 sender name).
+    pub fn get(&self, i: usize) -> Option<(Result<Received>, &[u8])> {
+        if i >= self.got {
+            return None;
+        }
+        let h = &self.hdrs[i];
+        let n = (h.msg_len as usize).min(self.size);
+        let data = &self.data[i * self.size..i * self.size + n];
+        Some((parse(&h.msg_hdr, &self.names[i], n), data))
+    }
 }
 
 /// What the kernel's routing says about a destination.
@@ -265,6 +399,54 @@ mod tests {
         assert_eq!(r.from, SocketAddr::new(lo, pa));
         assert_eq!(r.to, Some(lo));
         assert!(recv(b.as_raw_fd(), &mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn batches_go_and_come_in_order_with_their_addresses() {
+        let a = open(0, None).unwrap();
+        let b = open(0, Some(1 << 20)).unwrap();
+        let (pa, pb) = (local_port(a.as_raw_fd()).unwrap(), local_port(b.as_raw_fd()).unwrap());
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let msgs: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 1 + usize::from(i) * 3]).collect();
+        let refs: Vec<&[u8]> = msgs.iter().map(|m| m.as_slice()).collect();
+        assert_eq!(send_batch_from(a.as_raw_fd(), lo, SocketAddr::new(lo, pb), &refs).unwrap(), 40);
+        // Batches of 16 (smaller than what waits) and buffers of 64 bytes (the longest
+        // datagram, 118 bytes, is truncated and reported as EINVAL).
+        let mut batch = RecvBatch::new(16, 64);
+        let mut seen = Vec::new();
+        for _ in 0..1000 {
+            let n = batch.recv(b.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let (r, data) = batch.get(i).unwrap();
+                match r {
+                    Ok(r) => {
+                        assert_eq!(
+                            (r.from, r.to, r.len),
+                            (SocketAddr::new(lo, pa), Some(lo), data.len())
+                        );
+                        seen.push(data.to_vec());
+                    }
+                    Err(e) => {
+                        assert_eq!(e, Errno::EINVAL);
+                        seen.push(Vec::new());
+                    }
+                }
+            }
+            assert!(batch.get(n).is_none());
+            if seen.len() == 40 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(seen.len(), 40);
+        for (i, got) in seen.iter().enumerate() {
+            if msgs[i].len() <= 64 {
+                assert_eq!(got, &msgs[i], "datagram {i}");
+            } else {
+                assert!(got.is_empty(), "datagram {i} is truncated");
+            }
+        }
+        assert_eq!(batch.recv(b.as_raw_fd()).unwrap(), 0);
     }
 
     #[test]

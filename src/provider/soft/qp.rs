@@ -454,14 +454,46 @@ impl Pollable for SoftQp {
 
 /// A RoCEv2 packet (ICRC checked) for `qpn` from `from`: `false` if no QP of this process
 /// generation took it.
-pub fn deliver_packet(qpn: u32, pkt: &Packet<'_>, from: &SocketAddr, to: IpAddr) -> bool {
+pub fn deliver_packet(
+    qpn: u32,
+    pkt: &Packet<'_>,
+    from: &SocketAddr,
+    to: IpAddr,
+    batch: &mut Delivered,
+) -> bool {
     let f = fork::shared();
     let qp = BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&qpn).and_then(|w| w.upgrade());
     drop(f);
     match qp.filter(|q| q.generation == fork::generation()) {
         Some(q) if q.ud => q.on_net_ud(pkt, from, to),
-        Some(q) => q.on_net_packet(pkt, from),
+        Some(q) => {
+            let took = q.on_net_packet(pkt, from);
+            if took && !batch.0.last().is_some_and(|l| Arc::ptr_eq(l, &q)) {
+                batch.0.push(q);
+            }
+            took
+        }
         None => false,
+    }
+}
+
+/// The RC QPs a batch of received packets went to: what those packets led to (ACKs, responses)
+/// is sent when the batch ends, so that ACKs for packets read together coalesce.
+#[derive(Default)]
+pub struct Delivered(Vec<Arc<SoftQp>>);
+
+impl Delivered {
+    /// Sends what the batch's packets led to.
+    pub fn flush(&mut self) {
+        for q in self.0.drain(..) {
+            q.flush_net_out();
+        }
+    }
+}
+
+impl Drop for Delivered {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

@@ -136,6 +136,14 @@ impl SoftQp {
         true
     }
 
+    /// Sends what the packets delivered since the last call led to (see `qp::Delivered`).
+    pub(super) fn flush_net_out(&self) {
+        let mut g = self.lock_state();
+        if let Some(n) = g.net.as_mut() {
+            n.flush_out();
+        }
+    }
+
     /// The move to ERR or RESET: the network path's requests and taken receives flush.
     pub(super) fn net_flush(&self, st: &mut Inner) {
         let ctx = self.net_ctx(st.attr.qp_access_flags);

@@ -53,8 +53,8 @@ pub struct Sock {
     pub port: u16,
     /// Held while a thread reads the socket and hands its packets to QPs: one reader at a
     /// time keeps the packets of a QP in their order (the progress thread and an application
-    /// thread polling its CQ both read).
-    pub(super) reading: Mutex<()>,
+    /// thread polling its CQ both read). It owns the receive buffers.
+    pub(super) reading: Mutex<udp::RecvBatch>,
 }
 
 impl AsRawFd for Sock {
@@ -105,7 +105,8 @@ pub fn allocate() -> Result<(u32, Arc<Sock>)> {
         }
     }
     let (fd, port) = bind_socket()?;
-    let fd = Arc::new(Sock { fd, port, reading: Mutex::new(()) });
+    let batch = udp::RecvBatch::new(super::recv::BATCH, super::recv::BUF);
+    let fd = Arc::new(Sock { fd, port, reading: Mutex::new(batch) });
     super::recv::watch(fd.clone())?;
     let mut slots = Slots::default();
     let slot = slots.take(port).ok_or(Errno::ENOSPC)?;
@@ -127,17 +128,38 @@ pub fn release(qpn: u32) {
 pub fn send_from(fd: RawFd, buf: &[u8], src: IpAddr, dst: SocketAddr) -> Result<()> {
     for _ in 0..2 {
         match udp::send_from(fd, src, dst, buf) {
-            Err(e) if e == Errno::EAGAIN => {
-                // Our own send buffer is full (a burst): wait for it to drain a little rather
-                // than drop the packet and pay a retransmission timeout.
-                let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut p, 1, SEND_WAIT_MS) };
-            }
+            Err(e) if e == Errno::EAGAIN => wait_room(fd),
             r => return r,
         }
     }
     Err(Errno::EAGAIN)
+}
+
+/// Our own send buffer is full (a burst): wait for it to drain a little rather than drop
+/// packets and pay a retransmission timeout.
+fn wait_room(fd: RawFd) {
+    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, SEND_WAIT_MS) };
+}
+
+/// Sends datagrams to `dst` from `src`, batched: how many went (a datagram that cannot go, say
+/// for want of a route, counts as sent: a loss, like the wire's). Waits once for room in a
+/// full send buffer; what still does not fit is dropped (the transport recovers it).
+pub fn send_all_from(fd: RawFd, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) -> usize {
+    let (mut sent, mut waited) = (0, false);
+    while sent < bufs.len() {
+        match udp::send_batch_from(fd, src, dst, &bufs[sent..]) {
+            Ok(n) if n > 0 => sent += n,
+            Err(e) if e != Errno::EAGAIN => sent += 1,
+            _ if !waited => {
+                waited = true;
+                wait_room(fd);
+            }
+            _ => break,
+        }
+    }
+    sent
 }
 
 /// How long a send waits for room in a full socket buffer before the packet is dropped.
@@ -152,11 +174,15 @@ pub struct Received {
 
 /// Receives one datagram without blocking (`None`: nothing waiting, or no destination address).
 pub fn recv_one(fd: RawFd, buf: &mut [u8]) -> Option<Result<Received>> {
-    let r = match udp::recv(fd, buf).transpose()? {
-        Ok(r) => r,
-        Err(e) => return Some(Err(e)),
-    };
-    // The QPs see addresses as the dual-stack socket names them (IPv4 as v4-mapped).
+    match udp::recv(fd, buf).transpose()? {
+        Ok(r) => received(r),
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// A datagram as the QPs see addresses: as the dual-stack socket names them (IPv4 as
+/// v4-mapped); `None` without a destination address.
+pub fn received(r: udp::Received) -> Option<Result<Received>> {
     let from = SocketAddr::V6(SocketAddrV6::new(udp::mapped(r.from.ip()), r.from.port(), 0, 0));
     let to = IpAddr::V6(udp::mapped(r.to?));
     Some(Ok(Received { len: r.len, from, to }))

@@ -125,6 +125,17 @@ static HELD: Mutex<Option<Held>> = Mutex::new(None);
 /// How long a held-back packet waits for a successor before it goes out anyway.
 const HOLD_MAX: Duration = Duration::from_millis(1);
 
+/// Sends packets to one destination, batched, through the faults if any are set.
+pub fn send_all(sock: &Arc<Sock>, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) {
+    if active().is_none() {
+        endpoint::send_all_from(sock.as_raw_fd(), bufs, src, dst);
+        return;
+    }
+    for b in bufs {
+        send(sock, b, src, dst);
+    }
+}
+
 /// Sends one packet, through the faults if any are set.
 pub fn send(sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAddr) {
     let Some(f) = active() else {

@@ -183,8 +183,10 @@ fn drain(fd: RawFd, mgid: &[u8; 16], group: IpAddr) {
             Some(g) => g.members.clone(),
             None => return,
         };
+        // Members are UD QPs: nothing they do waits for the end of a batch.
+        let mut delivered = crate::provider::soft::qp::Delivered::default();
         for q in members {
-            crate::provider::soft::qp::deliver_packet(q, &pkt, &r.from, group);
+            crate::provider::soft::qp::deliver_packet(q, &pkt, &r.from, group, &mut delivered);
         }
     }
 }

@@ -12,13 +12,14 @@
 //! order, so the front of `sends` is the one completing); unsignaled successes are not reported.
 
 use super::endpoint;
-use crate::provider::soft::roce::{self, Flow, Packet};
+use crate::provider::soft::roce::{self, Flow, Packet, Syndrome};
 use crate::provider::soft::transport::{self as t, RcConfig, RcQp};
 use crate::provider::{
     Completion, CompletionSink, MemoryKeys, Payload, QpEvent, RecvWqe, SendWqe, Sgl,
     SharedRecvQueue, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
+use crate::runtime::udp;
 use crate::sys::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -63,13 +64,72 @@ impl Book {
     }
 }
 
-/// Where the packets go.
+/// Where the packets go. Packets are encoded into `buf`'s slots and sent together (one
+/// `sendmmsg`) when a call into the engine ends or the slots are full.
 struct Io {
     sock: Arc<endpoint::Sock>,
     src: IpAddr,
     dst: SocketAddr,
     flow: Flow,
     buf: Vec<u8>,
+    /// The length and kind of each packet waiting in `buf` (slot i at i × `slot`).
+    lens: Vec<(usize, Kind)>,
+    slot: usize,
+}
+
+/// What a waiting packet is, for coalescing ACKs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Request,
+    /// An ACK with the ACK syndrome: any later response (ACK, NAK, READ response, atomic ACK)
+    /// acknowledges at least as much, so it need not go if one follows.
+    PlainAck,
+    Response,
+}
+
+fn kind_of(pkt: &Packet<'_>) -> Kind {
+    use crate::provider::soft::roce::opcode::op;
+    match pkt.bth.opcode() {
+        op::ACK if pkt.ext.aeth.is_some_and(|a| matches!(a.syndrome(), Syndrome::Ack { .. })) => {
+            Kind::PlainAck
+        }
+        op::ACK | op::ATOMIC_ACK | op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY => {
+            Kind::Response
+        }
+        _ => Kind::Request,
+    }
+}
+
+impl Io {
+    fn flush(&mut self) {
+        if self.lens.is_empty() {
+            return;
+        }
+        // The responder ACKs each request that asks (every SEND); a batch of packets read
+        // together then leaves with only its last ACK.
+        let mut later_response = false;
+        let mut keep: Vec<bool> = self
+            .lens
+            .iter()
+            .rev()
+            .map(|&(_, k)| {
+                let keep = !(k == Kind::PlainAck && later_response);
+                later_response |= k != Kind::Request;
+                keep
+            })
+            .collect();
+        keep.reverse();
+        let bufs: Vec<&[u8]> = self
+            .lens
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| keep[i])
+            .map(|(i, &(n, _))| &self.buf[i * self.slot..i * self.slot + n])
+            .collect();
+        // A lost packet is the transport's to recover (retransmission), like one the wire drops.
+        super::faults::send_all(&self.sock, &bufs, self.src, self.dst);
+        self.lens.clear();
+    }
 }
 
 /// The QP's parts the engine's adapters use.
@@ -122,7 +182,15 @@ impl NetRc {
             rc: RcQp::new(&cfg),
             cfg,
             book: RefCell::new(Book::default()),
-            io: Io { sock, src: src_ip, dst, flow, buf: vec![0; mtu as usize + 256] },
+            io: Io {
+                sock,
+                src: src_ip,
+                dst,
+                flow,
+                buf: Vec::new(), // grows to the largest burst sent
+                lens: Vec::with_capacity(udp::SEND_BATCH),
+                slot: mtu as usize + 256,
+            },
             pending: VecDeque::new(),
             trace: super::trace::Trace::from_env(),
         })
@@ -157,7 +225,8 @@ impl NetRc {
         let now = super::now_ns();
         self.note("in", pkt);
         let ahead = self.rc.resp.stats.ahead;
-        let o = self.run(ctx, rq, |rc, mem, q, out| rc.on_packet(pkt, now, mem, q, out));
+        // What the packet leads to waits for the end of the socket read's batch (`flush_out`).
+        let o = self.run_deferred(ctx, rq, |rc, mem, q, out| rc.on_packet(pkt, now, mem, q, out));
         let a = self.rc.resp.stats.ahead;
         if self.trace.is_some() && a != ahead && a.is_power_of_two() && a >= 64 {
             self.dump("packets ahead dropped");
@@ -270,7 +339,24 @@ impl NetRc {
         }
     }
 
+    /// Sends the packets a batch of received ones led to (see `on_packet`).
+    pub fn flush_out(&mut self) {
+        self.io.flush();
+    }
+
     fn run(
+        &mut self,
+        ctx: &Ctx<'_>,
+        rq: &mut VecDeque<RecvWqe>,
+        f: impl FnOnce(&mut RcQp, &mut Mem<'_>, &mut Rq<'_>, &mut Out<'_>),
+    ) -> Outcome {
+        let o = self.run_deferred(ctx, rq, f);
+        self.io.flush();
+        o
+    }
+
+    /// [`NetRc::run`] leaving the packets produced in their slots.
+    fn run_deferred(
         &mut self,
         ctx: &Ctx<'_>,
         rq: &mut VecDeque<RecvWqe>,
@@ -530,9 +616,17 @@ impl t::Sink for Out<'_> {
         if let Some(t) = self.trace.as_mut() {
             t.note("out", pkt);
         }
-        let Ok(n) = roce::encode(pkt, &self.io.flow, &mut self.io.buf) else { return };
-        // A lost packet is the transport's to recover (retransmission), like one the wire drops.
-        super::faults::send(&self.io.sock, &self.io.buf[..n], self.io.src, self.io.dst);
+        if self.io.lens.len() == udp::SEND_BATCH {
+            self.io.flush();
+        }
+        let (at, slot) = (self.io.lens.len() * self.io.slot, self.io.slot);
+        if self.io.buf.len() < at + slot {
+            self.io.buf.resize(at + slot, 0);
+        }
+        let Ok(n) = roce::encode(pkt, &self.io.flow, &mut self.io.buf[at..at + slot]) else {
+            return;
+        };
+        self.io.lens.push((n, kind_of(pkt)));
     }
 
     fn completion(&mut self, c: t::Completion) {

@@ -12,6 +12,11 @@ use std::collections::VecDeque;
 
 /// PSNs the send queue may span (keeps every comparison far inside the 2^23 half-space).
 const MAX_SPAN: i32 = 1 << 22;
+/// The window a loss shrinks to at the least (packets).
+const MIN_CWND: u32 = 4;
+/// The shortest fast retransmission interval (ns): below a millisecond a busy host's
+/// scheduling alone delays answers that long.
+const FAST_MIN: u64 = 1_000_000;
 
 /// One posted work request and how far it has been acknowledged.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +46,7 @@ impl std::fmt::Debug for Requester {
             .field("snd", &self.snd)
             .field("sent_hi", &self.sent_hi)
             .field("cwnd", &self.cwnd)
+            .field("ssthresh", &self.ssthresh)
             .field("timer", &self.timer)
             .field("rnr_wait", &self.rnr_wait)
             .field("rewound", &self.rewound)
@@ -70,12 +76,25 @@ pub struct Requester {
     /// one: the receiver may only be slow (a busy host), not losing anything, and a whole
     /// window sent again would queue a window of duplicates in front of new data there, make
     /// the next ACK later still, and feed on itself until the retries run out. It doubles with
-    /// each ACK that makes progress.
+    /// each ACK that makes progress up to `ssthresh`, then grows by one per such ACK.
     cwnd: u32,
+    /// Where doubling stops. A sequence NAK (a packet lost while the path works) halves the
+    /// window into it: go-back-N resends everything in flight after a loss, so a smaller
+    /// window under loss wastes less, and a loss-free path grows it back to `window`.
+    ssthresh: u32,
     /// After a timeout: the PSN resent as a probe. If the next progress acknowledges more than
     /// the probe, packets never resent since the timeout got there: nothing was lost, the
     /// timeout was spurious, and sending resumes where it was (no window of duplicates).
     probe: Option<u32>,
+    /// Smoothed round trip (ns), sampled from packets sent once and acknowledged (Karn).
+    srtt: Option<u64>,
+    /// The first transmission being timed: (its PSN, when it left).
+    timed: Option<(u32, u64)>,
+    /// Fast retransmission: with packets outstanding and no progress by this time, go back to
+    /// `una` without spending a retry (see `poll`).
+    fast: Option<u64>,
+    /// How many times the fast interval has doubled since the last progress.
+    fast_backoff: u32,
     retries: u8,
     rnr_left: u8,
     /// After an RNR NAK: transmission resumes (from `una`) at this time.
@@ -94,6 +113,8 @@ pub struct ReqStats {
     pub timeouts: u64,
     pub acks: u64,
     pub seq_naks: u64,
+    /// Go-backs by the fast timer (a lost NAK or tail: no progress within a few round trips).
+    pub fast_resends: u64,
     pub rnr_naks: u64,
     pub stale: u64,
 }
@@ -111,7 +132,12 @@ impl Requester {
             sent_hi: sq_psn,
             timer: None,
             cwnd: cfg.window.max(1),
+            ssthresh: cfg.window.max(1),
             probe: None,
+            srtt: None,
+            timed: None,
+            fast: None,
+            fast_backoff: 0,
             retries: cfg.retry_cnt,
             rnr_left: cfg.rnr_retry,
             rnr_wait: None,
@@ -160,7 +186,19 @@ impl Requester {
         if self.error {
             return None;
         }
-        self.rnr_wait.or(self.timer)
+        self.rnr_wait.or(match (self.timer, self.fast) {
+            (Some(t), Some(f)) => Some(t.min(f)),
+            (t, f) => t.or(f),
+        })
+    }
+
+    /// The fast retransmission interval: four smoothed round trips, at least `FAST_MIN`, at
+    /// most half the IB timeout, doubled per fast resend without progress. `None` before the
+    /// first round trip is measured, or with no IB timeout (no retransmission at all).
+    fn fast_interval(&self) -> Option<u64> {
+        let ib = ack_timeout_ns(self.cfg.timeout)?;
+        let base = self.srtt?.saturating_mul(4).max(FAST_MIN);
+        Some(base.saturating_mul(1 << self.fast_backoff.min(16)).min(ib / 2))
     }
 
     /// Runs the timers at `now`, then transmits what the window allows.
@@ -184,9 +222,28 @@ impl Requester {
                 }
                 self.retries -= 1;
                 self.stats.timeouts += 1;
+                self.timed = None;
                 self.snd = self.una;
+                self.ssthresh = (self.cwnd / 2).max(MIN_CWND);
                 self.cwnd = 1;
                 self.probe = Some(self.una);
+            }
+        }
+        if let Some(f) = self.fast {
+            if now >= f && self.una != self.sent_hi && self.rnr_wait.is_none() {
+                // No progress for a few round trips: a NAK or the last packets were lost (the
+                // responder drops what follows a gap silently once it has NAKed), or the
+                // receiver is only slow. Probe as a timeout does (one packet, then the window
+                // reopens; a spurious probe resumes where sending was), without waiting for
+                // the IB timeout and without spending a retry: the budget is the IB timer's.
+                self.stats.fast_resends += 1;
+                self.snd = self.una;
+                self.timed = None;
+                self.ssthresh = (self.limit() / 2).max(MIN_CWND);
+                self.cwnd = 1;
+                self.probe = Some(self.una);
+                self.fast_backoff += 1;
+                self.fast = self.fast_interval().map(|i| now.saturating_add(i));
             }
         }
         self.transmit(now, mem, out);
@@ -229,8 +286,12 @@ impl Requester {
                 }
             }
             let k = psn::diff(self.snd, w.first) as u32;
+            let first_time = psn::diff(self.snd, self.sent_hi) >= 0;
             if !self.send_packet(&w, k, mem, out) {
                 return;
+            }
+            if first_time && self.timed.is_none() {
+                self.timed = Some((self.snd, now));
             }
             self.stats.sent += 1;
             self.snd = if w.wr.op == WrOp::Read {
@@ -243,6 +304,9 @@ impl Requester {
             }
             if self.timer.is_none() {
                 self.timer = ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t));
+            }
+            if self.fast.is_none() {
+                self.fast = self.fast_interval().map(|i| now.saturating_add(i));
             }
         }
     }
@@ -375,6 +439,9 @@ impl Requester {
                     self.ack_through(psn::prev(p), now, out);
                     if self.una == p && self.rnr_wait.is_none() {
                         self.snd = p;
+                        self.timed = None;
+                        self.ssthresh = (self.limit() / 2).max(MIN_CWND);
+                        self.cwnd = self.ssthresh;
                     }
                 }
                 Syndrome::Nak(
@@ -498,10 +565,24 @@ impl Requester {
 
     /// `una` advanced: reset the retry budgets and the timer, and complete what is done.
     fn progress(&mut self, now: u64, out: &mut impl Sink) {
-        self.cwnd = self.cwnd.saturating_mul(2).min(self.cfg.window.max(1));
+        if let Some((psn, at)) = self.timed {
+            if psn::before(psn, self.una) {
+                let sample = now.saturating_sub(at);
+                self.srtt = Some(self.srtt.map_or(sample, |s| (s * 7 + sample) / 8));
+                self.timed = None;
+            }
+        }
+        self.fast_backoff = 0;
+        self.cwnd = if self.cwnd < self.ssthresh {
+            self.cwnd.saturating_mul(2).min(self.ssthresh)
+        } else {
+            self.cwnd.saturating_add(1)
+        }
+        .min(self.cfg.window.max(1));
         if let Some(probe) = self.probe.take() {
             if psn::diff(self.una, probe) > 1 {
                 self.cwnd = self.cfg.window.max(1);
+                self.ssthresh = self.cwnd;
                 self.snd = self.sent_hi;
             }
         }
@@ -515,6 +596,11 @@ impl Requester {
             None
         } else {
             ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t))
+        };
+        self.fast = if self.una == self.sent_hi {
+            None
+        } else {
+            self.fast_interval().map(|i| now.saturating_add(i))
         };
         while self.sq.front().is_some_and(|w| w.done()) {
             let Some(w) = self.sq.pop_front() else { break };

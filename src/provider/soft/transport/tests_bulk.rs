@@ -120,3 +120,48 @@ fn a_timeout_resends_one_probe_and_nothing_more_when_nothing_was_lost() {
     assert_all_sent(&s, 1);
     assert_eq!(s.sent_by(0).len(), sent.len(), "the probe's answer showed nothing was lost");
 }
+
+/// A lost packet whose NAK is lost too: the responder drops what follows silently, so only a
+/// timer helps. The fast timer (a few measured round trips) probes long before the IB timeout,
+/// without spending a retry, and the message completes.
+#[test]
+fn a_lost_nak_is_recovered_by_the_fast_timer_not_the_ib_timeout() {
+    let mut c = RcConfig::new(0x11, 0x22, 500, 900);
+    c.timeout = 18; // 1.07 s
+    let mut s = Sim::new(c, 5, Faults::NONE);
+    let len = 16 * 1024u32;
+    let src = s.n[0].mem.region(1, 0, len as usize, RW);
+    let dst = s.n[1].mem.region(2, 0, len as usize, RW);
+    let sgl = s.n[0].mem.sgl(0, src, 0, len.into());
+    let rsgl = s.n[1].mem.sgl(1, dst, 0, len.into());
+    // A first message measures the round trip.
+    s.n[1].rq.q.push_back(Recv { wr_id: 0, sgl: rsgl, len });
+    s.post(0, wr(0, WrOp::Send, sgl, len));
+    assert!(s.run(100_000, |s| s.n[0].out.sends().len() == 1));
+    // The second message loses its third packet, and the NAK that answers the gap.
+    let lost = psn::add(500, 16 + 2);
+    let (mut dropped_data, mut dropped_nak) = (false, false);
+    s.cut = Some(Box::new(move |from, p| {
+        if from == 0 && p.bth.psn() == lost && !dropped_data {
+            dropped_data = true;
+            return true;
+        }
+        let nak = p.ext.aeth.is_some_and(|a| {
+            !matches!(a.syndrome(), crate::provider::soft::roce::Syndrome::Ack { .. })
+        });
+        if from == 1 && nak && !dropped_nak {
+            dropped_nak = true;
+            return true;
+        }
+        false
+    }));
+    let start = s.now;
+    s.n[1].rq.q.push_back(Recv { wr_id: 1, sgl: rsgl, len });
+    s.post(0, wr(1, WrOp::Send, sgl, len));
+    assert!(s.run(1_000_000, |s| s.n[0].out.sends().len() == 2));
+    assert_all_sent(&s, 2);
+    let st = s.n[0].qp.req.stats;
+    assert_eq!(st.timeouts, 0, "recovered before the IB timeout: {st:?}");
+    assert!(st.fast_resends >= 1, "{st:?}");
+    assert!(s.now - start < ack_timeout_ns(18).unwrap() / 10, "took {} ns", s.now - start);
+}
