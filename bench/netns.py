@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from pairs import free_port, run_pair
-from suites import fi_pingpong_row, perftest_row, ucx_row
+from suites import Runner, perftest_row, record_fi_pingpong, record_ucx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "netns"))
@@ -31,8 +31,9 @@ def iterations(kind, size, quick):
     return max(100, n // 10) if quick else n
 
 
-class NetnsRunner:
-    """One fixture's two namespaces; `results`, `failures` and `commands` as suites.Runner."""
+class NetnsRunner(Runner):
+    """One fixture's two namespaces; `results`, `failures`, `commands` and `record` as
+    suites.Runner, programs placed by `pair`."""
 
     def __init__(self, fx, lib, timeout, quick, log):
         self.fx, self.lib, self.timeout, self.quick, self.log = fx, lib, timeout, quick, log
@@ -42,13 +43,6 @@ class NetnsRunner:
         # The environment of `ip` itself: nothing preloaded.
         self.env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         self.results, self.failures, self.commands = {}, [], []
-
-    def record(self, key, value, what):
-        if value is None or not value > 0:
-            self.failures.append(f"{what}: no non-zero figure in its output")
-            return
-        self.results[key] = value
-        self.log(f"  {key[0]:9} {key[1]:16} {key[2]:>8}  {value:.3f}")
 
     def pair(self, what, server, client, variables):
         """Runs `server` in namespace a and `client` in b with the program-only `variables`;
@@ -101,20 +95,8 @@ class NetnsRunner:
                         base + [self.server.ipv4, "-t", test, "-s", str(size), "-n",
                                 str(iterations(kind, size, self.quick)), "-f"],
                         {"UCX_TLS": "tcp"})
-        if not out:
-            return
-        row = ucx_row(out.client_out)
-        if not row:
-            self.failures.append(f"ucx_perftest {test} {size}: no result row in its output")
-            return
-        name = {"tag_lat": "send_lat", "ucp_put_lat": "write_lat",
-                "tag_bw": "send_bw", "ucp_put_bw": "write_bw"}[test]
-        if kind == "lat":
-            self.record(("ucx-tcp", name, size), row[1], f"ucx {test} {size}")
-        else:
-            self.record(("ucx-tcp", name, size), row[5], f"ucx {test} {size}")
-            self.record(("ucx-tcp", name.replace("_bw", "_mr"), size), row[7] / 1e6,
-                        f"ucx {test} {size}")
+        if out:
+            record_ucx(self, "ucx-tcp", test, size, out)
 
     # --- libfabric: fi_pingpong over its tcp (msg endpoint) and udp (datagram) providers -------
     def fi_pingpong(self, prov, size):
@@ -124,16 +106,8 @@ class NetnsRunner:
                   str(iterations("lat", size, self.quick)), "-S", str(size)]
         out = self.pair(f"fi_pingpong -p {prov} -S {size}", common + ["-B", str(self.port)],
                         common + ["-P", str(self.port), self.server.ipv4], {})
-        if not out:
-            return
-        row = fi_pingpong_row(out.client_out)
-        if not row:
-            self.failures.append(f"fi_pingpong -p {prov} {size}: no result row in its output")
-            return
-        who = f"fi-{prov}"
-        self.record((who, "send_lat", size), row[1], f"fi_pingpong -p {prov} {size}")
-        self.record((who, "pingpong_bw", size), row[0] * 1e6 / MIB,
-                    f"fi_pingpong -p {prov} {size}")
+        if out:
+            record_fi_pingpong(self, f"fi-{prov}", f"fi_pingpong -p {prov} {size}", size, out)
 
 
 def run_all(r, have):

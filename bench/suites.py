@@ -54,6 +54,36 @@ def fi_pingpong_row(text):
     return (float(m.group(2)), float(m.group(3)), float(m.group(4))) if m else None
 
 
+UCX_FIGURES = {"tag_lat": "send_lat", "ucp_put_lat": "write_lat",
+               "tag_bw": "send_bw", "ucp_put_bw": "write_bw"}
+
+
+def record_ucx(runner, who, test, size, out):
+    """Records as `who`'s the figures of a finished ucx_perftest pair `out`: one-way latency, or
+    bandwidth and message rate."""
+    row = ucx_row(out.client_out)
+    if not row:
+        runner.failures.append(f"ucx_perftest {test} {size}: no result row in its output")
+        return
+    name, what = UCX_FIGURES[test], f"ucx {test} {size}"
+    if test.endswith("_lat"):
+        runner.record((who, name, size), row[1], what)
+    else:
+        runner.record((who, name, size), row[5], what)
+        runner.record((who, name.replace("_bw", "_mr"), size), row[7] / 1e6, what)
+
+
+def record_fi_pingpong(runner, who, what, size, out):
+    """Records as `who`'s the figures of a finished fi_pingpong pair `out`: one-way latency and
+    ping-pong bandwidth."""
+    row = fi_pingpong_row(out.client_out)
+    if not row:
+        runner.failures.append(f"{what}: no result row in its output")
+        return
+    runner.record((who, "send_lat", size), row[1], what)
+    runner.record((who, "pingpong_bw", size), row[0] * 1e6 / 2**20, what)
+
+
 class Runner:
     def __init__(self, env, timeout, quick, log):
         self.env, self.timeout, self.quick, self.log = env, timeout, quick, log
@@ -156,19 +186,8 @@ class Runner:
         base = ["ucx_perftest", "-p", str(self.port)]
         out = self.pair(f"ucx_perftest -t {test} -s {size}", base,
                         base + [HOST, "-t", test, "-s", str(size), "-n", str(n), "-f"], env)
-        if not out:
-            return
-        row = ucx_row(out.client_out)
-        if not row:
-            self.failures.append(f"ucx_perftest {test} {size}: no result row in its output")
-            return
-        name = {"tag_lat": "send_lat", "ucp_put_lat": "write_lat",
-                "tag_bw": "send_bw", "ucp_put_bw": "write_bw"}[test]
-        if kind == "lat":
-            self.record(("ucx", name, size), row[1], f"ucx {test} {size}")
-        else:
-            self.record(("ucx", name, size), row[5], f"ucx {test} {size}")
-            self.record(("ucx", name.replace("_bw", "_mr"), size), row[7] / 1e6, f"ucx {test} {size}")
+        if out:
+            record_ucx(self, "ucx", test, size, out)
 
     # --- libfabric -------------------------------------------------------------------------
     def fi_pingpong(self, size):
@@ -179,15 +198,8 @@ class Runner:
         common = ["fi_pingpong", "-p", "shm", "-e", "rdm", "-I", str(n), "-S", str(size)]
         out = self.pair(f"fi_pingpong -p shm -S {size}", common + ["-B", str(self.port)],
                         common + ["-P", str(self.port), HOST], env)
-        if not out:
-            return
-        row = fi_pingpong_row(out.client_out)
-        if not row:
-            self.failures.append(f"fi_pingpong {size}: no result row in its output")
-            return
-        self.record(("libfabric", "send_lat", size), row[1], f"fi_pingpong {size}")
-        self.record(("libfabric", "pingpong_bw", size), row[0] * 1e6 / 2**20,
-                    f"fi_pingpong {size}")
+        if out:
+            record_fi_pingpong(self, "libfabric", f"fi_pingpong {size}", size, out)
 
 
 def run_all(runner, have):

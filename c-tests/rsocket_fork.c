@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <rdma/rsocket.h>
+#include "rlisten.h"
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d (%s): ", __FILE__, __LINE__, \
     who); fprintf(stderr, __VA_ARGS__); fprintf(stderr, " (errno %d %s)\n", errno, \
@@ -55,12 +56,7 @@ static void make_pair(int *lp, int *a, int *b)
 {
 	struct sockaddr_in addr = { .sin_family = AF_INET };
 	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int l = rsocket(AF_INET, SOCK_STREAM, 0);
-	CHECK(l >= 0, "rsocket");
-	CHECK(rbind(l, (struct sockaddr *)&addr, sizeof addr) == 0, "rbind");
-	CHECK(rlisten(l, 1) == 0, "rlisten");
-	socklen_t len = sizeof addr;
-	CHECK(rgetsockname(l, (struct sockaddr *)&addr, &len) == 0, "rgetsockname");
+	int l = rlisten_on(&addr, 1);
 	*a = rsocket(AF_INET, SOCK_STREAM, 0);
 	CHECK(*a >= 0, "rsocket");
 	/* Non-blocking connect: the same thread accepts. */

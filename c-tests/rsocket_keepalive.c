@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <rdma/rsocket.h>
+#include "rlisten.h"
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
@@ -188,12 +189,7 @@ int main(int argc, char **argv)
 		netns = argv[1];
 		CHECK(inet_pton(AF_INET, argv[2], &addr.sin_addr) == 1, "address %s", argv[2]);
 	}
-	int l = rsocket(AF_INET, SOCK_STREAM, 0);
-	CHECK(l >= 0, "rsocket");
-	CHECK(rbind(l, (struct sockaddr *)&addr, sizeof addr) == 0, "rbind");
-	CHECK(rlisten(l, 4) == 0, "rlisten");
-	socklen_t alen = sizeof addr;
-	CHECK(rgetsockname(l, (struct sockaddr *)&addr, &alen) == 0, "rgetsockname");
+	int l = rlisten_on(&addr, 4);
 
 	pid_t pid = fork();
 	CHECK(pid >= 0, "fork");

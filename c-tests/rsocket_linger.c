@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <rdma/rsocket.h>
+#include "rlisten.h"
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
@@ -105,12 +106,7 @@ int main(void)
 	alarm(120);
 	struct sockaddr_in addr = { .sin_family = AF_INET };
 	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int l = rsocket(AF_INET, SOCK_STREAM, 0);
-	CHECK(l >= 0, "rsocket");
-	CHECK(rbind(l, (struct sockaddr *)&addr, sizeof addr) == 0, "rbind");
-	CHECK(rlisten(l, 4) == 0, "rlisten");
-	socklen_t alen = sizeof addr;
-	CHECK(rgetsockname(l, (struct sockaddr *)&addr, &alen) == 0, "rgetsockname");
+	int l = rlisten_on(&addr, 4);
 
 	struct linger on5 = { 1, 5 }, on0 = { 1, 0 }, off = { 0, 0 };
 	one(l, &addr, NULL, "default");

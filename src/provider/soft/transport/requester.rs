@@ -192,6 +192,16 @@ impl Requester {
         })
     }
 
+    /// Whether the fast timer may probe now: not while the oldest unfinished request is a READ
+    /// or an atomic. Probing one asks again for everything not yet answered, and a responder
+    /// still sending a long READ's responses would then send them all a second time (and a
+    /// third...): on a busy host a pause of a millisecond in a 4 MiB READ set off a flood that
+    /// overran the socket buffers (perftest's `ib_read_bw -a` across namespaces). A lost
+    /// response shows itself by the gap it leaves; the last one's loss is the IB timer's.
+    fn fast_applies(&self) -> bool {
+        !self.sq.iter().find(|w| !w.done()).is_some_and(|w| w.wr.op.is_rd_atomic())
+    }
+
     /// The fast retransmission interval: four smoothed round trips, at least `FAST_MIN`, at
     /// most half the IB timeout, doubled per fast resend without progress. `None` before the
     /// first round trip is measured, or with no IB timeout (no retransmission at all).
@@ -230,7 +240,9 @@ impl Requester {
             }
         }
         if let Some(f) = self.fast {
-            if now >= f && self.una != self.sent_hi && self.rnr_wait.is_none() {
+            if now >= f && !self.fast_applies() {
+                self.fast = None;
+            } else if now >= f && self.una != self.sent_hi && self.rnr_wait.is_none() {
                 // No progress for a few round trips: a NAK or the last packets were lost (the
                 // responder drops what follows a gap silently once it has NAKed), or the
                 // receiver is only slow. Probe as a timeout does (one packet, then the window
@@ -305,7 +317,7 @@ impl Requester {
             if self.timer.is_none() {
                 self.timer = ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t));
             }
-            if self.fast.is_none() {
+            if self.fast.is_none() && self.fast_applies() {
                 self.fast = self.fast_interval().map(|i| now.saturating_add(i));
             }
         }
@@ -597,7 +609,7 @@ impl Requester {
         } else {
             ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t))
         };
-        self.fast = if self.una == self.sent_hi {
+        self.fast = if self.una == self.sent_hi || !self.fast_applies() {
             None
         } else {
             self.fast_interval().map(|i| now.saturating_add(i))

@@ -165,3 +165,37 @@ fn a_lost_nak_is_recovered_by_the_fast_timer_not_the_ib_timeout() {
     assert!(st.fast_resends >= 1, "{st:?}");
     assert!(s.now - start < ack_timeout_ns(18).unwrap() / 10, "took {} ns", s.now - start);
 }
+
+/// A long READ whose answers stop for a while (the requester is descheduled): the fast timer
+/// must not ask again for it. A repeated READ makes the responder send every answer not yet
+/// acknowledged once more, while the first ones are still coming; across namespaces that
+/// flooded the socket buffers until the READ failed with RETRY_EXC_ERR (ib_read_bw -a).
+#[test]
+fn a_late_long_read_is_not_asked_for_again_by_the_fast_timer() {
+    let mut c = RcConfig::new(0x11, 0x22, 700, 800);
+    c.timeout = 18; // 1.07 s
+    let mut s = Sim::new(c, 9, Faults::NONE);
+    s.service = 1_000; // each receiver takes 1 µs per packet
+    let len = 1u32 << 20;
+    let remote = s.n[1].mem.region(0x77, 0x4000_0000, len as usize, RW);
+    let local = s.n[0].mem.region(1, 0, len as usize, RW);
+    let _ = remote;
+    let read = |s: &mut Sim, id: u64, n: u32| {
+        let sgl = s.n[0].mem.sgl(id, local, 0, n.into());
+        let mut r = wr(id, WrOp::Read, sgl, n);
+        (r.remote_va, r.rkey) = (0x4000_0000, 0x77);
+        s.post(0, r);
+    };
+    // A short READ measures the round trip.
+    read(&mut s, 0, 4096);
+    assert!(s.run(100_000, |s| s.n[0].out.sends().len() == 1));
+    // The long one's answers wait 10 ms at the requester, far beyond the fast interval.
+    s.pause = Some((0, s.now + 50_000, s.now + 10_000_000));
+    read(&mut s, 1, len);
+    assert!(s.run(1_000_000, |s| s.n[0].out.sends().len() == 2));
+    assert!(s.n[0].out.sends().iter().all(|c| c.status == Status::Success));
+    let st = s.n[0].qp.req.stats;
+    assert_eq!((st.fast_resends, st.timeouts), (0, 0), "{st:?}");
+    let responses = s.sent_by(1).iter().filter(|p| p.bth.opcode() != op::ACK).count();
+    assert_eq!(responses, 4 + 1024, "each READ answered once");
+}
