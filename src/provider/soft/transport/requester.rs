@@ -192,14 +192,15 @@ impl Requester {
         })
     }
 
-    /// Whether the fast timer may probe now: not while the oldest unfinished request is a READ
-    /// or an atomic. Probing one asks again for everything not yet answered, and a responder
-    /// still sending a long READ's responses would then send them all a second time (and a
-    /// third...): on a busy host a pause of a millisecond in a 4 MiB READ set off a flood that
-    /// overran the socket buffers (perftest's `ib_read_bw -a` across namespaces). A lost
-    /// response shows itself by the gap it leaves; the last one's loss is the IB timer's.
+    /// Whether the fast timer may probe now: while the oldest unfinished request is a READ or
+    /// an atomic, once per stretch without progress. Probing one asks again for everything not
+    /// yet answered, so a responder still sending a long READ's answers (only paused) sends
+    /// them all a second time; probing again as the copies came in, stale, set off a flood that
+    /// overran the socket buffers (perftest's `ib_read_bw -a` across namespaces). Once is
+    /// enough for what it is for: a lost request, or a lost last answer.
     fn fast_applies(&self) -> bool {
-        !self.sq.iter().find(|w| !w.done()).is_some_and(|w| w.wr.op.is_rd_atomic())
+        self.fast_backoff == 0
+            || !self.sq.iter().find(|w| !w.done()).is_some_and(|w| w.wr.op.is_rd_atomic())
     }
 
     /// The fast retransmission interval: four smoothed round trips, at least `FAST_MIN`, at

@@ -167,11 +167,12 @@ fn a_lost_nak_is_recovered_by_the_fast_timer_not_the_ib_timeout() {
 }
 
 /// A long READ whose answers stop for a while (the requester is descheduled): the fast timer
-/// must not ask again for it. A repeated READ makes the responder send every answer not yet
-/// acknowledged once more, while the first ones are still coming; across namespaces that
-/// flooded the socket buffers until the READ failed with RETRY_EXC_ERR (ib_read_bw -a).
+/// may ask for it again once, not again and again. A repeated READ makes the responder send
+/// every answer not yet acknowledged once more, while the first ones are still coming; across
+/// namespaces probing on as the stale copies came in flooded the socket buffers until the READ
+/// failed with RETRY_EXC_ERR (ib_read_bw -a).
 #[test]
-fn a_late_long_read_is_not_asked_for_again_by_the_fast_timer() {
+fn a_late_long_read_is_asked_for_again_at_most_once_by_the_fast_timer() {
     let mut c = RcConfig::new(0x11, 0x22, 700, 800);
     c.timeout = 18; // 1.07 s
     let mut s = Sim::new(c, 9, Faults::NONE);
@@ -195,7 +196,7 @@ fn a_late_long_read_is_not_asked_for_again_by_the_fast_timer() {
     assert!(s.run(1_000_000, |s| s.n[0].out.sends().len() == 2));
     assert!(s.n[0].out.sends().iter().all(|c| c.status == Status::Success));
     let st = s.n[0].qp.req.stats;
-    assert_eq!((st.fast_resends, st.timeouts), (0, 0), "{st:?}");
+    assert!(st.fast_resends <= 1 && st.timeouts == 0, "{st:?}");
     let responses = s.sent_by(1).iter().filter(|p| p.bth.opcode() != op::ACK).count();
-    assert_eq!(responses, 4 + 1024, "each READ answered once");
+    assert!(responses <= 4 + 2 * 1024, "{responses} answers: asked again more than once");
 }
