@@ -453,3 +453,77 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::{Duration, Instant};
+
+    /// A parked descriptor is not reported again while parked, is asked about (mask 0) while
+    /// parked, and is reported again once its handler takes it up and it is readable.
+    #[test]
+    fn a_parked_watch_is_asked_again_and_rearmed() {
+        let e = engine().expect("engine");
+        let mut sv = [0; 2];
+        let kind = libc::SOCK_DGRAM | libc::SOCK_NONBLOCK;
+        // SAFETY: socketpair(2) writes two descriptors into sv.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, sv.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        // SAFETY: both were just created and are owned here.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        let events = Arc::new(AtomicUsize::new(0));
+        let checks = Arc::new(AtomicUsize::new(0));
+        let park = Arc::new(AtomicBool::new(true));
+        let (ev2, ch2, park2, raw) = (events.clone(), checks.clone(), park.clone(), b.as_raw_fd());
+        e.watch_parkable(
+            raw,
+            Arc::new(move |mask| {
+                if mask == 0 {
+                    ch2.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    ev2.fetch_add(1, Ordering::SeqCst);
+                }
+                if park2.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let mut buf = [0u8; 8];
+                // SAFETY: reading into a valid buffer from our own socket.
+                while unsafe { libc::recv(raw, buf.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) } > 0
+                {
+                }
+                true
+            }),
+        )
+        .expect("watch");
+        let send = || {
+            // SAFETY: one byte from a valid buffer to our own socket.
+            unsafe { libc::send(a.as_raw_fd(), b"x".as_ptr().cast(), 1, libc::MSG_DONTWAIT) }
+        };
+        let wait = |what: &dyn Fn() -> bool| {
+            let t = Instant::now();
+            while !what() && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            what()
+        };
+        send();
+        assert!(wait(&|| events.load(Ordering::SeqCst) == 1), "reported once");
+        assert!(wait(&|| checks.load(Ordering::SeqCst) >= 3), "asked again while parked");
+        send(); // still parked: no new report
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(events.load(Ordering::SeqCst), 1, "a parked watch reports nothing");
+        park.store(false, Ordering::SeqCst);
+        assert!(
+            wait(&|| {
+                let c = checks.load(Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(5));
+                checks.load(Ordering::SeqCst) == c
+            }),
+            "taken up: no more checks"
+        );
+        send();
+        assert!(wait(&|| events.load(Ordering::SeqCst) == 2), "re-armed: reported again");
+        e.unwatch(raw);
+    }
+}
