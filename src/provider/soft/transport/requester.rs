@@ -14,6 +14,8 @@ use std::collections::VecDeque;
 const MAX_SPAN: i32 = 1 << 22;
 /// The window a loss shrinks to at the least (packets).
 const MIN_CWND: u32 = 4;
+/// What the fast timer allows for each READ answer still due (ns): a busy responder's pace.
+const READ_ANSWER_NS: u64 = 20_000;
 /// The shortest fast retransmission interval (ns): below a millisecond a busy host's
 /// scheduling alone delays answers that long.
 const FAST_MIN: u64 = 1_000_000;
@@ -96,6 +98,10 @@ pub struct Requester {
     /// How many times the fast interval has doubled since the last progress.
     fast_backoff: u32,
     retries: u8,
+    /// Whether any response came from the peer (even a stale one) since the timer was armed.
+    heard: bool,
+    /// Timeouts let pass since the last progress because answers were still coming.
+    waited: u8,
     rnr_left: u8,
     /// After an RNR NAK: transmission resumes (from `una`) at this time.
     rnr_wait: Option<u64>,
@@ -139,6 +145,8 @@ impl Requester {
             fast: None,
             fast_backoff: 0,
             retries: cfg.retry_cnt,
+            heard: false,
+            waited: 0,
             rnr_left: cfg.rnr_retry,
             rnr_wait: None,
             rewound: false,
@@ -199,8 +207,16 @@ impl Requester {
     /// overran the socket buffers (perftest's `ib_read_bw -a` across namespaces). Once is
     /// enough for what it is for: a lost request, or a lost last answer.
     fn fast_applies(&self) -> bool {
-        self.fast_backoff == 0
-            || !self.sq.iter().find(|w| !w.done()).is_some_and(|w| w.wr.op.is_rd_atomic())
+        self.fast_backoff == 0 || !self.head_is_rd_atomic()
+    }
+
+    fn head_is_rd_atomic(&self) -> bool {
+        self.sq.iter().find(|w| !w.done()).is_some_and(|w| w.wr.op.is_rd_atomic())
+    }
+
+    /// See the IB timer in `poll`: answers to a READ or atomic at the head are still arriving.
+    fn answers_still_coming(&self) -> bool {
+        self.heard && self.head_is_rd_atomic() && self.waited <= self.cfg.retry_cnt
     }
 
     /// The fast retransmission interval: four smoothed round trips, at least `FAST_MIN`, at
@@ -208,7 +224,12 @@ impl Requester {
     /// first round trip is measured, or with no IB timeout (no retransmission at all).
     fn fast_interval(&self) -> Option<u64> {
         let ib = ack_timeout_ns(self.cfg.timeout)?;
-        let base = self.srtt?.saturating_mul(4).max(FAST_MIN);
+        let mut base = self.srtt?.saturating_mul(4).max(FAST_MIN);
+        // A READ's answers come only as fast as the responder sends them: allow for those still
+        // due (a 4 MiB READ gets half the IB timeout; a few packets, a millisecond or so).
+        if let Some(w) = self.sq.iter().find(|w| !w.done()).filter(|w| w.wr.op == WrOp::Read) {
+            base = base.saturating_add(u64::from(w.npkts.saturating_sub(w.acked)) * READ_ANSWER_NS);
+        }
         Some(base.saturating_mul(1 << self.fast_backoff.min(16)).min(ib / 2))
     }
 
@@ -225,7 +246,18 @@ impl Requester {
             self.snd = self.una;
         }
         if let Some(t) = self.timer {
-            if now >= t {
+            if now >= t && self.answers_still_coming() {
+                // The oldest request is a READ (or atomic) and the responder is still sending:
+                // our answers wait behind others in the socket. Asking again would only add a
+                // whole READ's worth of answers to that queue (on a busy host the queue then
+                // grew faster than it drained: ib_read_bw -a across namespaces). Wait one more
+                // timeout, a bounded number of times, so a peer sending only stale answers
+                // still ends in RETRY_EXC_ERR.
+                self.waited += 1;
+                self.heard = false;
+                self.timer = ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t));
+                self.fast = None;
+            } else if now >= t {
                 self.timer = None;
                 if self.retries == 0 {
                     self.fail(Status::RetryExcErr, out);
@@ -241,7 +273,7 @@ impl Requester {
             }
         }
         if let Some(f) = self.fast {
-            if now >= f && !self.fast_applies() {
+            if now >= f && (!self.fast_applies() || self.heard && self.head_is_rd_atomic()) {
                 self.fast = None;
             } else if now >= f && self.una != self.sent_hi && self.rnr_wait.is_none() {
                 // No progress for a few round trips: a NAK or the last packets were lost (the
@@ -416,6 +448,7 @@ impl Requester {
         if self.error {
             return;
         }
+        self.heard = true;
         let p = pkt.bth.psn();
         let d = psn::diff(p, self.una);
         if d < 0 || d >= psn::diff(self.sent_hi, self.una) {
@@ -600,6 +633,8 @@ impl Requester {
             }
         }
         self.retries = self.cfg.retry_cnt;
+        self.waited = 0;
+        self.heard = false;
         self.rnr_left = self.cfg.rnr_retry;
         self.rewound = false;
         if psn::before(self.snd, self.una) {
