@@ -273,7 +273,7 @@ impl Requester {
             }
         }
         if let Some(f) = self.fast {
-            if now >= f && (!self.fast_applies() || self.heard && self.head_is_rd_atomic()) {
+            if now >= f && !self.fast_applies() {
                 self.fast = None;
             } else if now >= f && self.una != self.sent_hi && self.rnr_wait.is_none() {
                 // No progress for a few round trips: a NAK or the last packets were lost (the
