@@ -31,16 +31,6 @@ pub trait Pollable: Send + Sync {
 /// A callback for readiness events on a watched descriptor.
 pub type Handler = Arc<dyn Fn(u32) + Send + Sync>;
 
-/// A callback for a parkable watch (see [`Engine::watch_parkable`]): called with the event
-/// mask, or 0 to ask whether a parked descriptor is to be taken up again; `true` when it
-/// handled the descriptor (the watch is re-armed), `false` to park it.
-pub type ParkHandler = Arc<dyn Fn(u32) -> bool + Send + Sync>;
-
-/// How long the progress thread sleeps at most while a descriptor is parked (ms).
-const PARKED_CHECK_MS: i32 = 1;
-/// A parkable watch: readable or hung up, reported once until re-armed.
-const PARKABLE_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
-
 /// Bumped by every CQ poll: tells the engine the application is actively polling.
 pub static POLL_EPOCH: AtomicU64 = AtomicU64::new(0);
 /// Number of CQs armed for a completion event (the application waits on a channel).
@@ -150,9 +140,6 @@ pub struct Engine {
     epfd: OwnedFd,
     bell: Bell,
     handlers: Mutex<HashMap<RawFd, Handler>>,
-    parkable: Mutex<HashMap<RawFd, ParkHandler>>,
-    /// Parkable descriptors whose watch is disarmed until their handler takes them up.
-    parked: Mutex<Vec<RawFd>>,
     pollables: Mutex<Vec<Weak<dyn Pollable>>>,
 }
 
@@ -227,8 +214,6 @@ impl Engine {
             epfd,
             bell,
             handlers: Mutex::new(HashMap::new()),
-            parkable: Mutex::new(HashMap::new()),
-            parked: Mutex::new(Vec::new()),
             pollables: Mutex::new(Vec::new()),
         });
         let e2 = e.clone();
@@ -263,48 +248,6 @@ impl Engine {
         r.map(|_| ())
     }
 
-    /// Like [`Engine::watch`], but the handler may park the descriptor instead of handling it
-    /// (one-shot readiness): the progress thread then stops waking for it and asks the handler
-    /// again at least every millisecond. For a socket that a polling application reads itself,
-    /// so that each datagram does not also wake the progress thread.
-    pub fn watch_parkable(&self, fd: RawFd, h: ParkHandler) -> Result<()> {
-        self.parkable.lock().unwrap_or_else(|e| e.into_inner()).insert(fd, h);
-        let mut ev = libc::epoll_event { events: PARKABLE_EVENTS, u64: fd as u64 };
-        // SAFETY: valid epoll fd, descriptor and event.
-        let r = check(unsafe {
-            libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev)
-        });
-        if r.is_err() {
-            self.parkable.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
-        }
-        r.map(|_| ())
-    }
-
-    /// Arms a parkable descriptor's one-shot watch again.
-    fn rearm(&self, fd: RawFd) {
-        let mut ev = libc::epoll_event { events: PARKABLE_EVENTS, u64: fd as u64 };
-        // SAFETY: valid epoll fd and event; a descriptor no longer watched only gives an error.
-        unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
-    }
-
-    /// Asks the handlers of the parked descriptors whether to take them up; whether any stays
-    /// parked.
-    fn check_parked(&self) -> bool {
-        let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut still = Vec::new();
-        for fd in parked {
-            let h = self.parkable.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned();
-            let Some(h) = h else { continue }; // unwatched meanwhile
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(0))) {
-                Ok(false) => still.push(fd),
-                _ => self.rearm(fd),
-            }
-        }
-        let any = !still.is_empty();
-        self.parked.lock().unwrap_or_else(|e| e.into_inner()).extend(still);
-        any
-    }
-
     /// Stops watching `fd`; call before closing it.
     pub fn unwatch(&self, fd: RawFd) {
         // SAFETY: removing a descriptor from our epoll set; errors (not watched) are harmless.
@@ -312,8 +255,6 @@ impl Engine {
             libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut())
         };
         self.handlers.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
-        self.parkable.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
-        self.parked.lock().unwrap_or_else(|e| e.into_inner()).retain(|&p| p != fd);
     }
 
     /// Makes the progress thread run by `at` even if nothing else wakes it.
@@ -388,7 +329,6 @@ impl Engine {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
             let work = self.poll_all();
-            let parked = self.check_parked();
             let epoch = POLL_EPOCH.load(Ordering::Relaxed);
             let app_polling = epoch != last_epoch && ARMED_CQS.load(Ordering::Relaxed) == 0;
             last_epoch = epoch;
@@ -410,11 +350,6 @@ impl Engine {
                 (Some(t), -1) => t,
                 (Some(t), o) => t.min(o),
                 (None, o) => o,
-            };
-            let timeout = match (parked, timeout) {
-                (true, -1) => PARKED_CHECK_MS,
-                (true, t) => t.min(PARKED_CHECK_MS),
-                (false, t) => t,
             };
             // SAFETY: events is a valid buffer of 64 epoll_event.
             let n = unsafe {
@@ -438,16 +373,6 @@ impl Engine {
                     let mask = ev.events;
                     // A bug in one handler must not stop progress for the whole process.
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(mask)));
-                    continue;
-                }
-                let fd = token as RawFd;
-                let p = self.parkable.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned();
-                if let Some(p) = p {
-                    let mask = ev.events;
-                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p(mask))) {
-                        Ok(false) => self.parked.lock().unwrap_or_else(|e| e.into_inner()).push(fd),
-                        _ => self.rearm(fd),
-                    }
                 }
             }
         }
