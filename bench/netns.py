@@ -52,14 +52,9 @@ class NetnsRunner(Runner):
                  for k, v in variables.items()}
         self.commands.append(" ".join([f"{k}={v}" for k, v in shown.items()] + client))
         port = self.port
-        out = run_pair(self.fx.exec_argv(self.server.ns, prefix + server),
-                       self.fx.exec_argv(self.client.ns, prefix + client), self.env, port,
-                       self.timeout)
-        if not out.ok:
-            self.failures.append(f"{what}: " + "; ".join(out.problems))
-            self.log(f"  FAILED {what}: " + "; ".join(out.problems))
-            return None
-        return out
+        return self.checked(what, run_pair(self.fx.exec_argv(self.server.ns, prefix + server),
+                                           self.fx.exec_argv(self.client.ns, prefix + client),
+                                           self.env, port, self.timeout))
 
     # --- rdmashim: Debian's perftest over RoCEv2/UDP --------------------------------------------
     def perftest(self, prog, size):

@@ -104,7 +104,11 @@ class Runner:
                   "LD_PRELOAD=<build>/librdmashim.so RDMASHIM_PROVIDER=soft "
                   if "LD_PRELOAD" in env else "")
         self.commands.append(prefix + " ".join(client))
-        out = run_pair(server, client, env, self.port, self.timeout, ready_wait)
+        return self.checked(what, run_pair(server, client, env, self.port, self.timeout,
+                                           ready_wait))
+
+    def checked(self, what, out):
+        """`out` (a pair's Outcome) if it went well, else None after recording why."""
         if not out.ok:
             self.failures.append(f"{what}: " + "; ".join(out.problems))
             self.log(f"  FAILED {what}: " + "; ".join(out.problems))
