@@ -18,8 +18,7 @@
  *    (as the kernel's CM sends a DREQ for a dead process), so the readers end at once, with
  *    end of stream or ECONNRESET. (A stopped process on the same host still takes writes into
  *    its ring: there, as on one host with librdmacm, nothing ever times out.)
- * alarm() turns a hang into a failure; the time taken is printed, not asserted.
- * The listener is created before fork, so the child also closes an inherited rsocket. */
+ * alarm() turns a hang into a failure; the time taken is printed, not asserted. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -81,30 +80,25 @@ static int dial(void)
 
 static const char *netns; /* the child's namespace (cross-namespace mode) */
 
-static void peer(void);
-
-static void child(int listener)
+/* The child runs the peer as a fresh program (exec), in namespace NETNS if one was given: a
+ * forked child of a threaded process must not allocate before exec (the sanitizer tree's
+ * allocator may have been locked by another thread at fork), and a fresh process carries no
+ * state of the parent's. Inherited rsockets in a forked child are rsocket_fork's subject. */
+static void child(void)
 {
-	/* An inherited rsocket is the parent's: closing it here must not touch the parent's. */
-	if (rclose(listener))
-		_exit(10);
+	char port[16], ip[INET_ADDRSTRLEN];
 	if (netns) {
-		/* Into the other namespace, as a fresh process (no state from the parent's). */
-		char path[256], port[16];
+		char path[256];
 		snprintf(path, sizeof path, "/run/netns/%s", netns);
 		int nfd = open(path, O_RDONLY | O_CLOEXEC);
-		if (nfd < 0 || setns(nfd, CLONE_NEWNET)) {
-			perror("child: setns");
+		if (nfd < 0 || setns(nfd, CLONE_NEWNET))
 			_exit(9);
-		}
-		char ip[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
-		snprintf(port, sizeof port, "%u", ntohs(addr.sin_port));
-		execl("/proc/self/exe", "rsocket_keepalive", "--peer", ip, port, (char *)NULL);
-		perror("child: exec");
-		_exit(9);
 	}
-	peer();
+	if (!inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip))
+		_exit(9);
+	snprintf(port, sizeof port, "%u", ntohs(addr.sin_port));
+	execl("/proc/self/exe", "rsocket_keepalive", "--peer", ip, port, (char *)NULL);
+	_exit(9);
 }
 
 static void peer(void)
@@ -194,7 +188,7 @@ int main(int argc, char **argv)
 	pid_t pid = fork();
 	CHECK(pid >= 0, "fork");
 	if (pid == 0)
-		child(l);
+		child();
 	child_pid = pid;
 	atexit(kill_child);
 
