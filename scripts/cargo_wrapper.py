@@ -74,6 +74,9 @@ def main():
     ap.add_argument("--target-dir", required=True)
     ap.add_argument("--profile", default="release")
     ap.add_argument("--crate", default="rdmashim", help="library crate name (lib<crate>.a)")
+    ap.add_argument("--bin", help="build this binary target instead of the library")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set for cargo (read by option_env! in the crate)")
     ap.add_argument("--output", required=True, help="where meson wants the staticlib")
     ap.add_argument("--depfile", required=True)
     ap.add_argument("--sanitizer", choices=("none", "address", "thread"), default="none",
@@ -90,12 +93,14 @@ def main():
     env = dict(os.environ)
     env["CARGO_TARGET_DIR"] = target_dir
     # Let cargo's own colour/progress logic decide; meson runs us in the console pool.
+    for kv in args.env:
+        name, _, value = kv.partition("=")
+        env[name] = value
     cmd = [
         args.cargo, "build",
         "--manifest-path", manifest,
         "--target-dir", target_dir,
-        "--lib",
-    ]
+    ] + (["--bin", args.bin] if args.bin else ["--lib"])
     triple_dir = []
     if args.sanitizer != "none":
         host = subprocess.run([os.environ.get("RUSTC", "rustc"), "-vV"], capture_output=True,
@@ -118,8 +123,10 @@ def main():
         return r.returncode
 
     profile_dir = "debug" if args.profile == "dev" else args.profile
-    built = os.path.join(target_dir, *triple_dir, profile_dir, f"lib{args.crate}.a")
-    dep_info = os.path.join(target_dir, *triple_dir, profile_dir, f"lib{args.crate}.d")
+    artifact = args.bin if args.bin else f"lib{args.crate}"
+    built = os.path.join(target_dir, *triple_dir, profile_dir,
+                         artifact if args.bin else f"{artifact}.a")
+    dep_info = os.path.join(target_dir, *triple_dir, profile_dir, f"{artifact}.d")
     if not os.path.exists(built):
         print(f"cargo_wrapper: cargo did not produce {built}", file=sys.stderr)
         return 1

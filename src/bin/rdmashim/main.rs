@@ -1,0 +1,176 @@
+//! `rdmashim`: the launcher and the diagnostics of the rdmashim library (issue 12).
+//!
+//! * `rdmashim run [--mode preload|dropin] [--faults SPEC] [--provider NAME] -- PROGRAM ARGS…`
+//!   runs an unmodified program on rdmashim; its exit status is the program's (we exec it).
+//! * `rdmashim devinfo` prints what `ibv_devinfo -v` prints for the device, through the same
+//!   verbs calls a program makes (this binary links the library itself).
+//! * `rdmashim doctor` explains which paths this machine offers and why.
+//!
+//! The command sits above the C boundary: it calls the library the way a C program does.
+
+mod devinfo;
+mod doctor;
+mod libdir;
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "\
+usage: rdmashim <command> [options]
+
+commands:
+  run      run an unmodified RDMA program on rdmashim
+  devinfo  print the RDMA device as ibv_devinfo -v shows it
+  doctor   explain what this machine offers rdmashim, and why
+  help     this text (also: rdmashim <command> --help)
+";
+
+const RUN_USAGE: &str = "\
+usage: rdmashim run [--mode preload|dropin] [--faults SPEC] [--provider NAME]
+                    [--lib-dir DIR] -- PROGRAM [ARGS...]
+
+Runs PROGRAM unmodified on rdmashim and exits with its status.
+  --mode preload   LD_PRELOAD=<lib-dir>/librdmashim.so (default): the program's own librdmacm
+                   and libibverbs stay loaded, ours take precedence
+  --mode dropin    LD_LIBRARY_PATH=<lib-dir>/dropin: our librdmacm.so.1 and libibverbs.so.1
+                   load instead of the system's
+  --faults SPEC    RDMASHIM_FAULTS=SPEC: drop/duplicate/reorder/delay RoCEv2 packets, e.g.
+                   drop=0.05,dup=0.05,reorder=0.05,delay=0.05:2ms (network path only)
+  --provider NAME  RDMASHIM_PROVIDER=NAME (soft is the embedded provider)
+  --lib-dir DIR    where librdmashim.so and dropin/ are (default: found next to this command,
+                   then in ../lib, ../lib/<multiarch>, then the directory it was installed to)
+";
+
+const DEVINFO_USAGE: &str = "\
+usage: rdmashim devinfo
+
+Prints every RDMA device rdmashim offers as `ibv_devinfo -v` prints it (device attributes,
+extended attributes, each port and its GID table), through the same verbs calls.
+RDMASHIM_PROVIDER chooses the provider as it does for programs.
+";
+
+const DOCTOR_USAGE: &str = "\
+usage: rdmashim doctor
+
+Explains the environment: which data paths are available here and why (ptrace rules for
+one-sided operations on one host, the memlock limit, user namespaces, UDP port 4791 for the
+connection manager, shared memory, the interfaces and the GIDs they give).
+Each line starts with ok, note or problem. Exits 0 unless rdmashim cannot work here.
+";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    let Some(cmd) = args.next() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest: Vec<OsString> = args.collect();
+    let wants_help = rest.iter().any(|a| a == "--help" || a == "-h");
+    match cmd.to_str() {
+        Some("help" | "--help" | "-h") => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Some("run") => run(rest),
+        Some("devinfo") if wants_help => help(DEVINFO_USAGE),
+        Some("devinfo") if !rest.is_empty() => bad(DEVINFO_USAGE, "devinfo takes no arguments"),
+        Some("devinfo") => devinfo::print(),
+        Some("doctor") if wants_help => help(DOCTOR_USAGE),
+        Some("doctor") if !rest.is_empty() => bad(DOCTOR_USAGE, "doctor takes no arguments"),
+        Some("doctor") => doctor::run(),
+        _ => bad(USAGE, &format!("unknown command {}", cmd.to_string_lossy())),
+    }
+}
+
+fn help(text: &str) -> ExitCode {
+    print!("{text}");
+    ExitCode::SUCCESS
+}
+
+fn bad(usage: &str, why: &str) -> ExitCode {
+    eprint!("rdmashim: {why}\n{usage}");
+    ExitCode::from(2)
+}
+
+/// `rdmashim run`: sets the environment for the chosen loading mode and execs the program.
+fn run(args: Vec<OsString>) -> ExitCode {
+    let mut mode = "preload".to_string();
+    let mut faults: Option<OsString> = None;
+    let mut provider: Option<OsString> = None;
+    let mut lib_dir: Option<std::path::PathBuf> = None;
+    let mut it = args.into_iter();
+    let mut program: Vec<OsString> = Vec::new();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        let r = match a.to_str() {
+            Some("--help" | "-h") => return help(RUN_USAGE),
+            Some("--") => {
+                program = it.by_ref().collect();
+                Ok(())
+            }
+            Some("--mode") => value("--mode").and_then(|v| match v.to_str() {
+                Some(m @ ("preload" | "dropin")) => {
+                    mode = m.to_string();
+                    Ok(())
+                }
+                _ => Err(format!("--mode must be preload or dropin, not {}", v.to_string_lossy())),
+            }),
+            Some("--faults") => value("--faults").map(|v| faults = Some(v)),
+            Some("--provider") => value("--provider").map(|v| provider = Some(v)),
+            Some("--lib-dir") => value("--lib-dir").map(|v| lib_dir = Some(v.into())),
+            Some(s) if s.starts_with('-') => Err(format!("unknown option {s}")),
+            _ => {
+                // The program may also follow the options without `--`.
+                program.push(a);
+                program.extend(it.by_ref());
+                Ok(())
+            }
+        };
+        if let Err(why) = r {
+            return bad(RUN_USAGE, &why);
+        }
+    }
+    let Some((prog, prog_args)) = program.split_first() else {
+        return bad(RUN_USAGE, "no program to run");
+    };
+    let dir = match lib_dir.map(Ok).unwrap_or_else(libdir::find) {
+        Ok(d) => d,
+        Err(why) => return bad(RUN_USAGE, &why),
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(prog_args);
+    if mode == "preload" {
+        let lib = dir.join("librdmashim.so");
+        if !lib.is_file() {
+            return bad(RUN_USAGE, &format!("{} does not exist", lib.display()));
+        }
+        cmd.env("LD_PRELOAD", prepend(lib.into_os_string(), "LD_PRELOAD", ":"));
+    } else {
+        let drop = dir.join("dropin");
+        if !drop.join("librdmacm.so.1").is_file() || !drop.join("libibverbs.so.1").is_file() {
+            return bad(RUN_USAGE, &format!("{} has no drop-in libraries", drop.display()));
+        }
+        cmd.env("LD_LIBRARY_PATH", prepend(drop.into_os_string(), "LD_LIBRARY_PATH", ":"));
+    }
+    if let Some(f) = faults {
+        cmd.env("RDMASHIM_FAULTS", f);
+    }
+    if let Some(p) = provider {
+        cmd.env("RDMASHIM_PROVIDER", p);
+    }
+    // exec replaces this process, so the program's exit status (or signal) is ours.
+    let err = cmd.exec();
+    eprintln!("rdmashim: cannot run {}: {err}", prog.to_string_lossy());
+    ExitCode::from(if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+}
+
+/// `first` followed by the current value of `var`, if it has one.
+fn prepend(first: OsString, var: &str, sep: &str) -> OsString {
+    let mut v = first;
+    if let Some(old) = std::env::var_os(var).filter(|o| !o.is_empty()) {
+        v.push(sep);
+        v.push(old);
+    }
+    v
+}
