@@ -17,6 +17,7 @@ Root only (the fixture): exits 77 with the reason otherwise.
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,7 +37,11 @@ TIMEOUT = 240
 
 def run(fx, prog, faults, sizes=(), timeout=TIMEOUT, tag=None):
     sp, cp, sip, cip = fixture.pair_env(fx)
-    env = ["env", "RDMASHIM_PROVIDER=soft"] + ([f"RDMASHIM_FAULTS={faults}"] if faults else [])
+    # Each RC QP's transport state and last packets, shown when the run fails.
+    trace = tempfile.NamedTemporaryFile(prefix="net_stream-", suffix=".trace", delete=False)
+    trace.close()
+    env = ["env", "RDMASHIM_PROVIDER=soft", f"RDMASHIM_NET_DEBUG={trace.name}"] \
+        + ([f"RDMASHIM_FAULTS={faults}"] if faults else [])
     # A sanitizer build's library needs its runtime first in the library list (the program is
     # <build>/c-tests/net_stream).
     pre = sanitizer_env.runtime_preload(os.path.dirname(os.path.dirname(os.path.abspath(prog))))
@@ -67,7 +72,24 @@ def run(fx, prog, faults, sizes=(), timeout=TIMEOUT, tag=None):
         and "net_stream: OK" in cout
     print(f"net_stream.py: {'PASS' if ok else 'FAIL'} ({tag}, {time.monotonic() - t0:.0f} s)",
           flush=True)
+    if not ok:
+        show_trace(trace.name)
+    os.unlink(trace.name)
     return ok
+
+
+def show_trace(path):
+    """RDMASHIM_NET_DEBUG's dumps that explain a failure: each engine error and flush, and
+    each process's last dump (its QP's state and last packets)."""
+    with open(path, errors="replace") as f:
+        blocks = ["pid " + b for b in f.read().split("\npid ") if b.strip()]
+    blocks[0:1] = [blocks[0][4:]] if blocks else []
+    last = {b.split()[1]: b for b in blocks}
+    shown = [b for b in blocks if "(engine error)" in b or "(flush)" in b]
+    shown += [b for b in last.values() if b not in shown]
+    print(f"--- transport trace: {len(shown)} of {len(blocks)} dumps ---", flush=True)
+    for b in shown:
+        print(b.rstrip(), flush=True)
 
 
 def full(prog):

@@ -24,6 +24,8 @@ mod tests_rc;
 #[cfg(test)]
 mod tests_resp;
 #[cfg(test)]
+mod tests_stream;
+#[cfg(test)]
 mod tests_ud;
 
 pub use api::*;
