@@ -8,6 +8,7 @@
 //!
 //! The command sits above the C boundary: it calls the library the way a C program does.
 
+mod device;
 mod devinfo;
 mod doctor;
 mod libdir;
