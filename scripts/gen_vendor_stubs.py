@@ -2,7 +2,8 @@
 """Vendor library stubs for the drop-in folder: libmlx5.so.1 and libefa.so.1.
 
 Debian's perftest binaries (ib_send_bw, ...) are linked (BIND_NOW) against libmlx5.so.1 and
-libefa.so.1 as well as libibverbs.so.1/librdmacm.so.1. The system vendor libraries need 61
+libefa.so.1 as well as libibverbs.so.1/librdmacm.so.1, and UCX's libuct_ib.so against
+libmlx5.so.1. The system vendor libraries need 61
 symbols of libibverbs' private provider node IBVERBS_PRIVATE_34, which the drop-in
 libibverbs.so.1 does not have, so with LD_LIBRARY_PATH=<build>/dropin perftest would not even
 start. The stubs built from this script take their place in <build>/dropin: same SONAMEs, the
@@ -17,7 +18,7 @@ The prototypes come from the system headers <infiniband/mlx5dv.h> and <infiniban
 does not compile. No code is taken from rdma-core.
 
   gen_vendor_stubs.py generate <lib> <out.c> <out.map>   # lib: mlx5 | efa (meson runs this)
-  gen_vendor_stubs.py imports [binary ...]               # what binaries import (default: perftest's)
+  gen_vendor_stubs.py imports [binary ...]               # what binaries import (default: perftest's and UCX's)
   gen_vendor_stubs.py check --build-dir build            # the table vs the imports vs the built stubs
 
 Set RDMASHIM_STUB_TRACE=1 to have a stub print one line on stderr when it is called.
@@ -33,6 +34,9 @@ import sys
 SKIP = 77
 EOPNOTSUPP_NULL = "null"     # return NULL, errno = EOPNOTSUPP
 EOPNOTSUPP_RET = "errno"     # return EOPNOTSUPP (the function returns an errno value)
+EOPNOTSUPP_MINUS1 = "minus1"  # return -1, errno = EOPNOTSUPP
+FALSE = "false"              # a predicate: not this vendor's device
+VOID = "void"                # nothing to release: the object cannot exist
 
 # (version node, return type, name, parameters, convention). The conventions are those of the
 # man pages (mlx5dv_*(3), efadv_*(3)).
@@ -65,6 +69,53 @@ LIBS = {
              EOPNOTSUPP_NULL),
             ("MLX5_1.21", "int", "mlx5dv_dek_destroy",
              [("struct mlx5dv_dek *", "dek")], EOPNOTSUPP_RET),
+            # What UCX's libuct_ib.so imports (its mlx5 transports; the soft device is not one).
+            ("MLX5_1.1", "struct ibv_cq_ex *", "mlx5dv_create_cq",
+             [("struct ibv_context *", "context"), ("struct ibv_cq_init_attr_ex *", "cq_attr"),
+              ("struct mlx5dv_cq_init_attr *", "mlx5_cq_attr")], EOPNOTSUPP_NULL),
+            ("MLX5_1.2", "int", "mlx5dv_init_obj",
+             [("struct mlx5dv_obj *", "obj"), ("uint64_t", "obj_type")], EOPNOTSUPP_RET),
+            ("MLX5_1.7", "struct mlx5dv_devx_uar *", "mlx5dv_devx_alloc_uar",
+             [("struct ibv_context *", "context"), ("uint32_t", "flags")], EOPNOTSUPP_NULL),
+            ("MLX5_1.7", "void", "mlx5dv_devx_free_uar",
+             [("struct mlx5dv_devx_uar *", "devx_uar")], VOID),
+            ("MLX5_1.7", "struct mlx5dv_devx_obj *", "mlx5dv_devx_obj_create",
+             [("struct ibv_context *", "context"), ("const void *", "in"), ("size_t", "inlen"),
+              ("void *", "out"), ("size_t", "outlen")], EOPNOTSUPP_NULL),
+            ("MLX5_1.7", "int", "mlx5dv_devx_obj_destroy",
+             [("struct mlx5dv_devx_obj *", "obj")], EOPNOTSUPP_RET),
+            ("MLX5_1.7", "int", "mlx5dv_devx_obj_modify",
+             [("struct mlx5dv_devx_obj *", "obj"), ("const void *", "in"), ("size_t", "inlen"),
+              ("void *", "out"), ("size_t", "outlen")], EOPNOTSUPP_RET),
+            ("MLX5_1.7", "int", "mlx5dv_devx_obj_query",
+             [("struct mlx5dv_devx_obj *", "obj"), ("const void *", "in"), ("size_t", "inlen"),
+              ("void *", "out"), ("size_t", "outlen")], EOPNOTSUPP_RET),
+            ("MLX5_1.7", "struct mlx5dv_devx_umem *", "mlx5dv_devx_umem_reg",
+             [("struct ibv_context *", "ctx"), ("void *", "addr"), ("size_t", "size"),
+              ("uint32_t", "access")], EOPNOTSUPP_NULL),
+            ("MLX5_1.7", "int", "mlx5dv_devx_umem_dereg",
+             [("struct mlx5dv_devx_umem *", "umem")], EOPNOTSUPP_RET),
+            ("MLX5_1.8", "int", "mlx5dv_devx_qp_modify",
+             [("struct ibv_qp *", "qp"), ("const void *", "in"), ("size_t", "inlen"),
+              ("void *", "out"), ("size_t", "outlen")], EOPNOTSUPP_RET),
+            ("MLX5_1.8", "int", "mlx5dv_devx_qp_query",
+             [("struct ibv_qp *", "qp"), ("const void *", "in"), ("size_t", "inlen"),
+              ("void *", "out"), ("size_t", "outlen")], EOPNOTSUPP_RET),
+            ("MLX5_1.8", "bool", "mlx5dv_is_supported",
+             [("struct ibv_device *", "device")], FALSE),
+            ("MLX5_1.11", "struct mlx5dv_devx_event_channel *", "mlx5dv_devx_create_event_channel",
+             [("struct ibv_context *", "context"),
+              ("enum mlx5dv_devx_create_event_channel_flags", "flags")], EOPNOTSUPP_NULL),
+            ("MLX5_1.11", "void", "mlx5dv_devx_destroy_event_channel",
+             [("struct mlx5dv_devx_event_channel *", "event_channel")], VOID),
+            ("MLX5_1.11", "ssize_t", "mlx5dv_devx_get_event",
+             [("struct mlx5dv_devx_event_channel *", "event_channel"),
+              ("struct mlx5dv_devx_async_event_hdr *", "event_data"),
+              ("size_t", "event_resp_len")], EOPNOTSUPP_MINUS1),
+            ("MLX5_1.11", "int", "mlx5dv_devx_subscribe_devx_event",
+             [("struct mlx5dv_devx_event_channel *", "event_channel"),
+              ("struct mlx5dv_devx_obj *", "obj"), ("uint16_t", "events_sz"),
+              ("uint16_t *", "events_num"), ("uint64_t", "cookie")], EOPNOTSUPP_RET),
         ],
     },
     "efa": {
@@ -98,6 +149,7 @@ def gen_c(lib):
         f"/* Generated by scripts/gen_vendor_stubs.py for {spec['soname']} -- do not edit.",
         " * Every function fails cleanly: the soft RDMA device is not a vendor device. */",
         "#include <errno.h>",
+        "#include <stdbool.h>",
         "#include <stddef.h>",
         "#include <stdint.h>",
         "#include <stdio.h>",
@@ -111,7 +163,7 @@ def gen_c(lib):
         "\tconst char *t = getenv(\"RDMASHIM_STUB_TRACE\");",
         "",
         "\tif (t && *t && *t != '0')",
-        f"\t\tfprintf(stderr, \"rdmashim: {spec['soname']} stub: %s() -> EOPNOTSUPP\\n\", fn);",
+        f"\t\tfprintf(stderr, \"rdmashim: {spec['soname']} stub: %s() fails (not a vendor device)\\n\", fn);",
         "}",
         "",
     ]
@@ -128,6 +180,13 @@ def gen_c(lib):
             out.append("\treturn NULL;")
         elif conv == EOPNOTSUPP_RET:
             out.append("\treturn EOPNOTSUPP;")
+        elif conv == EOPNOTSUPP_MINUS1:
+            out.append("\terrno = EOPNOTSUPP;")
+            out.append("\treturn -1;")
+        elif conv == FALSE:
+            out.append("\treturn false;")
+        elif conv == VOID:
+            pass
         else:
             raise SystemExit(f"unknown convention {conv!r} for {name}")
         out.append("}")
@@ -181,7 +240,8 @@ def dynsyms(path, objdump):
     return out
 
 
-def perftest_binaries():
+def importers():
+    """perftest's binaries and UCX's verbs modules (libuct_ib, libuct_rdmacm): what must load."""
     try:
         r = subprocess.run(["dpkg", "-L", "perftest"], capture_output=True, text=True)
         bins = [p for p in r.stdout.split() if p.startswith("/usr/bin/") and os.path.isfile(p)]
@@ -189,6 +249,7 @@ def perftest_binaries():
         bins = []
     if not bins:
         bins = sorted(glob.glob("/usr/bin/ib_*_lat") + glob.glob("/usr/bin/ib_*_bw"))
+    bins += sorted(glob.glob("/usr/lib/*/ucx/libuct_ib.so.0") + glob.glob("/usr/lib/*/ucx/libuct_rdmacm.so.0"))
     out = []
     for b in bins:
         with open(b, "rb") as f:
@@ -211,7 +272,7 @@ def imports(binaries, objdump):
 
 
 def cmd_imports(args):
-    bins = args.binaries or perftest_binaries()
+    bins = args.binaries or importers()
     for lib, syms in imports(bins, args.objdump).items():
         print(f"{LIBS[lib]['soname']}:")
         for (name, ver), who in sorted(syms.items(), key=lambda kv: (node_key(kv[0][1]), kv[0][0])):
@@ -227,7 +288,7 @@ def cmd_check(args):
         ok = ok and good
         print(f"[{'OK' if good else 'FAIL'}] {msg}")
 
-    bins = perftest_binaries()
+    bins = importers()
     if not bins:
         print("SKIP: perftest is not installed")
         return SKIP
@@ -236,10 +297,10 @@ def cmd_check(args):
         table = {(f[2], f[0]) for f in spec["functions"]}
         imported = set(want[lib])
         report(imported <= table,
-               f"{spec['soname']}: every import of the perftest binaries is in the stub table"
+               f"{spec['soname']}: every import of perftest and UCX is in the stub table"
                + ("" if imported <= table else ": missing " + ", ".join(f"{n}@{v}" for n, v in sorted(imported - table))))
         if table - imported:
-            print(f"[note] {spec['soname']}: in the table but imported by no perftest binary: "
+            print(f"[note] {spec['soname']}: in the table but imported by no perftest or UCX binary: "
                   + ", ".join(f"{n}@{v}" for n, v in sorted(table - imported)))
         path = os.path.join(args.build_dir, "dropin", spec["soname"])
         if not os.path.exists(path):

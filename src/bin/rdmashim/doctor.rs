@@ -168,7 +168,7 @@ fn port_4791(r: &mut Report) {
 }
 
 fn gids(r: &mut Report) {
-    let gids = match super::devinfo::first_device_gids() {
+    let gids = match super::device::first_device_gids() {
         Ok(g) => g,
         Err(why) => return r.problem("GID table", why),
     };
@@ -189,7 +189,7 @@ fn gids(r: &mut Report) {
 }
 
 /// The addresses of the interfaces that are up, in getifaddrs order.
-fn interfaces() -> std::io::Result<Vec<(String, IpAddr)>> {
+pub fn interfaces() -> std::io::Result<Vec<(String, IpAddr)>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: head is a valid out-pointer; the list is freed below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {

@@ -8,9 +8,11 @@
 //!
 //! The command sits above the C boundary: it calls the library the way a C program does.
 
+mod device;
 mod devinfo;
 mod doctor;
 mod libdir;
+mod view;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -28,7 +30,7 @@ commands:
 
 const RUN_USAGE: &str = "\
 usage: rdmashim run [--mode preload|dropin] [--faults SPEC] [--provider NAME]
-                    [--lib-dir DIR] -- PROGRAM [ARGS...]
+                    [--no-device-view] [--lib-dir DIR] -- PROGRAM [ARGS...]
 
 Runs PROGRAM unmodified on rdmashim and exits with its status.
   --mode preload   LD_PRELOAD=<lib-dir>/librdmashim.so (default): the program's own librdmacm
@@ -38,6 +40,11 @@ Runs PROGRAM unmodified on rdmashim and exits with its status.
   --faults SPEC    RDMASHIM_FAULTS=SPEC: drop/duplicate/reorder/delay RoCEv2 packets, e.g.
                    drop=0.05,dup=0.05,reorder=0.05,delay=0.05:2ms (network path only)
   --provider NAME  RDMASHIM_PROVIDER=NAME (soft is the embedded provider)
+  --no-device-view do not show the device where frameworks look for it. By default the
+                   program runs in a private mount namespace (a user namespace too when not
+                   root) where /sys/class/infiniband/<dev>, /sys/class/infiniband_verbs and
+                   /dev/infiniband/uverbs0 describe the device; nothing changes outside it.
+                   Where namespaces are unavailable, the program runs without the view
   --lib-dir DIR    where librdmashim.so and dropin/ are (default: found next to this command,
                    then in ../lib, ../lib/<multiarch>, then the directory it was installed to)
 ";
@@ -99,6 +106,7 @@ fn run(args: Vec<OsString>) -> ExitCode {
     let mut faults: Option<OsString> = None;
     let mut provider: Option<OsString> = None;
     let mut lib_dir: Option<std::path::PathBuf> = None;
+    let mut device_view = true;
     let mut it = args.into_iter();
     let mut program: Vec<OsString> = Vec::new();
     while let Some(a) = it.next() {
@@ -119,6 +127,10 @@ fn run(args: Vec<OsString>) -> ExitCode {
             Some("--faults") => value("--faults").map(|v| faults = Some(v)),
             Some("--provider") => value("--provider").map(|v| provider = Some(v)),
             Some("--lib-dir") => value("--lib-dir").map(|v| lib_dir = Some(v.into())),
+            Some("--no-device-view") => {
+                device_view = false;
+                Ok(())
+            }
             Some(s) if s.starts_with('-') => Err(format!("unknown option {s}")),
             _ => {
                 // The program may also follow the options without `--`.
@@ -158,6 +170,17 @@ fn run(args: Vec<OsString>) -> ExitCode {
     }
     if let Some(p) = provider {
         cmd.env("RDMASHIM_PROVIDER", p);
+    }
+    if device_view {
+        // The view reads the device in this process: it must see what the program will.
+        if let Some(p) =
+            cmd.get_envs().find(|(k, _)| *k == "RDMASHIM_PROVIDER").and_then(|(_, v)| v)
+        {
+            std::env::set_var("RDMASHIM_PROVIDER", p);
+        }
+        if let Err(why) = view::enter() {
+            eprintln!("rdmashim: running without the device view ({why})");
+        }
     }
     // exec replaces this process, so the program's exit status (or signal) is ours.
     let err = cmd.exec();
