@@ -31,6 +31,16 @@ pub trait Pollable: Send + Sync {
 /// A callback for readiness events on a watched descriptor.
 pub type Handler = Arc<dyn Fn(u32) + Send + Sync>;
 
+/// A callback for a parkable watch (see [`Engine::watch_parkable`]): called with the event
+/// mask, or 0 to ask whether a parked descriptor is to be taken up again; `true` when it
+/// handled the descriptor (the watch is re-armed), `false` to park it.
+pub type ParkHandler = Arc<dyn Fn(u32) -> bool + Send + Sync>;
+
+/// How long the progress thread sleeps at most while a descriptor is parked (ms).
+const PARKED_CHECK_MS: i32 = 1;
+/// A parkable watch: readable or hung up, reported once until re-armed.
+const PARKABLE_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
+
 /// Bumped by every CQ poll: tells the engine the application is actively polling.
 pub static POLL_EPOCH: AtomicU64 = AtomicU64::new(0);
 /// Number of CQs armed for a completion event (the application waits on a channel).
@@ -140,6 +150,9 @@ pub struct Engine {
     epfd: OwnedFd,
     bell: Bell,
     handlers: Mutex<HashMap<RawFd, Handler>>,
+    parkable: Mutex<HashMap<RawFd, ParkHandler>>,
+    /// Parkable descriptors whose watch is disarmed until their handler takes them up.
+    parked: Mutex<Vec<RawFd>>,
     pollables: Mutex<Vec<Weak<dyn Pollable>>>,
 }
 
@@ -214,6 +227,8 @@ impl Engine {
             epfd,
             bell,
             handlers: Mutex::new(HashMap::new()),
+            parkable: Mutex::new(HashMap::new()),
+            parked: Mutex::new(Vec::new()),
             pollables: Mutex::new(Vec::new()),
         });
         let e2 = e.clone();
@@ -248,6 +263,48 @@ impl Engine {
         r.map(|_| ())
     }
 
+    /// Like [`Engine::watch`], but the handler may park the descriptor instead of handling it
+    /// (one-shot readiness): the progress thread then stops waking for it and asks the handler
+    /// again at least every millisecond. For a socket that a polling application reads itself,
+    /// so that each datagram does not also wake the progress thread.
+    pub fn watch_parkable(&self, fd: RawFd, h: ParkHandler) -> Result<()> {
+        self.parkable.lock().unwrap_or_else(|e| e.into_inner()).insert(fd, h);
+        let mut ev = libc::epoll_event { events: PARKABLE_EVENTS, u64: fd as u64 };
+        // SAFETY: valid epoll fd, descriptor and event.
+        let r = check(unsafe {
+            libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev)
+        });
+        if r.is_err() {
+            self.parkable.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+        }
+        r.map(|_| ())
+    }
+
+    /// Arms a parkable descriptor's one-shot watch again.
+    fn rearm(&self, fd: RawFd) {
+        let mut ev = libc::epoll_event { events: PARKABLE_EVENTS, u64: fd as u64 };
+        // SAFETY: valid epoll fd and event; a descriptor no longer watched only gives an error.
+        unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
+    }
+
+    /// Asks the handlers of the parked descriptors whether to take them up; whether any stays
+    /// parked.
+    fn check_parked(&self) -> bool {
+        let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut still = Vec::new();
+        for fd in parked {
+            let h = self.parkable.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned();
+            let Some(h) = h else { continue }; // unwatched meanwhile
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(0))) {
+                Ok(false) => still.push(fd),
+                _ => self.rearm(fd),
+            }
+        }
+        let any = !still.is_empty();
+        self.parked.lock().unwrap_or_else(|e| e.into_inner()).extend(still);
+        any
+    }
+
     /// Stops watching `fd`; call before closing it.
     pub fn unwatch(&self, fd: RawFd) {
         // SAFETY: removing a descriptor from our epoll set; errors (not watched) are harmless.
@@ -255,6 +312,8 @@ impl Engine {
             libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut())
         };
         self.handlers.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+        self.parkable.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+        self.parked.lock().unwrap_or_else(|e| e.into_inner()).retain(|&p| p != fd);
     }
 
     /// Makes the progress thread run by `at` even if nothing else wakes it.
@@ -329,6 +388,7 @@ impl Engine {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
             let work = self.poll_all();
+            let parked = self.check_parked();
             let epoch = POLL_EPOCH.load(Ordering::Relaxed);
             let app_polling = epoch != last_epoch && ARMED_CQS.load(Ordering::Relaxed) == 0;
             last_epoch = epoch;
@@ -350,6 +410,11 @@ impl Engine {
                 (Some(t), -1) => t,
                 (Some(t), o) => t.min(o),
                 (None, o) => o,
+            };
+            let timeout = match (parked, timeout) {
+                (true, -1) => PARKED_CHECK_MS,
+                (true, t) => t.min(PARKED_CHECK_MS),
+                (false, t) => t,
             };
             // SAFETY: events is a valid buffer of 64 epoll_event.
             let n = unsafe {
@@ -373,8 +438,92 @@ impl Engine {
                     let mask = ev.events;
                     // A bug in one handler must not stop progress for the whole process.
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(mask)));
+                    continue;
+                }
+                let fd = token as RawFd;
+                let p = self.parkable.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned();
+                if let Some(p) = p {
+                    let mask = ev.events;
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p(mask))) {
+                        Ok(false) => self.parked.lock().unwrap_or_else(|e| e.into_inner()).push(fd),
+                        _ => self.rearm(fd),
+                    }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::{Duration, Instant};
+
+    /// A parked descriptor is not reported again while parked, is asked about (mask 0) while
+    /// parked, and is reported again once its handler takes it up and it is readable.
+    #[test]
+    fn a_parked_watch_is_asked_again_and_rearmed() {
+        let e = engine().expect("engine");
+        let mut sv = [0; 2];
+        let kind = libc::SOCK_DGRAM | libc::SOCK_NONBLOCK;
+        // SAFETY: socketpair(2) writes two descriptors into sv.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, sv.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        // SAFETY: both were just created and are owned here.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        let events = Arc::new(AtomicUsize::new(0));
+        let checks = Arc::new(AtomicUsize::new(0));
+        let park = Arc::new(AtomicBool::new(true));
+        let (ev2, ch2, park2, raw) = (events.clone(), checks.clone(), park.clone(), b.as_raw_fd());
+        e.watch_parkable(
+            raw,
+            Arc::new(move |mask| {
+                if mask == 0 {
+                    ch2.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    ev2.fetch_add(1, Ordering::SeqCst);
+                }
+                if park2.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let mut buf = [0u8; 8];
+                // SAFETY: reading into a valid buffer from our own socket.
+                while unsafe { libc::recv(raw, buf.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) } > 0
+                {
+                }
+                true
+            }),
+        )
+        .expect("watch");
+        let send = || {
+            // SAFETY: one byte from a valid buffer to our own socket.
+            unsafe { libc::send(a.as_raw_fd(), b"x".as_ptr().cast(), 1, libc::MSG_DONTWAIT) }
+        };
+        let wait = |what: &dyn Fn() -> bool| {
+            let t = Instant::now();
+            while !what() && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            what()
+        };
+        send();
+        assert!(wait(&|| events.load(Ordering::SeqCst) == 1), "reported once");
+        assert!(wait(&|| checks.load(Ordering::SeqCst) >= 3), "asked again while parked");
+        send(); // still parked: no new report
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(events.load(Ordering::SeqCst), 1, "a parked watch reports nothing");
+        park.store(false, Ordering::SeqCst);
+        assert!(
+            wait(&|| {
+                let c = checks.load(Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(5));
+                checks.load(Ordering::SeqCst) == c
+            }),
+            "taken up: no more checks"
+        );
+        send();
+        assert!(wait(&|| events.load(Ordering::SeqCst) == 2), "re-armed: reported again");
+        e.unwatch(raw);
     }
 }

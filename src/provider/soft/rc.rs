@@ -388,7 +388,7 @@ impl SoftQp {
             // A polling application reads the socket itself (no wait for the progress thread);
             // packets go to QPs under their locks, so ours is not held meanwhile.
             drop(st);
-            let got = super::net::recv::drain(&self.udp);
+            let got = super::net::recv::drain_for_app(&self.udp);
             let mut st = self.lock_state();
             return self.progress_net(&mut st) | got;
         }

@@ -11,6 +11,7 @@ use crate::errno::{Errno, Result};
 use crate::runtime::{fork, udp};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 /// The QPN of `slot` on `port`, or `None` for the QPNs that never occur (0, 1, 0xFFFFFF).
@@ -55,6 +56,8 @@ pub struct Sock {
     /// time keeps the packets of a QP in their order (the progress thread and an application
     /// thread polling its CQ both read). It owns the receive buffers.
     pub(super) reading: Mutex<udp::RecvBatch>,
+    /// When an application thread last read the socket (engine time, ns; 0: never).
+    pub(super) app_read_at: AtomicU64,
 }
 
 impl AsRawFd for Sock {
@@ -106,7 +109,8 @@ pub fn allocate() -> Result<(u32, Arc<Sock>)> {
     }
     let (fd, port) = bind_socket()?;
     let batch = udp::RecvBatch::new(super::recv::BATCH, super::recv::BUF);
-    let fd = Arc::new(Sock { fd, port, reading: Mutex::new(batch) });
+    let fd =
+        Arc::new(Sock { fd, port, reading: Mutex::new(batch), app_read_at: AtomicU64::new(0) });
     super::recv::watch(fd.clone())?;
     let mut slots = Slots::default();
     let slot = slots.take(port).ok_or(Errno::ENOSPC)?;

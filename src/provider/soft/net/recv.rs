@@ -7,7 +7,7 @@ use super::endpoint::{self, Sock};
 use crate::errno::Result;
 use crate::provider::soft::qp::Delivered;
 use crate::provider::soft::roce::{self, Flow};
-use crate::runtime::engine::engine;
+use crate::runtime::engine::{engine, on_progress_thread, ARMED_CQS};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,18 +23,47 @@ pub(super) const BUF: usize = 4096 + 256;
 /// Packets dropped: undecodable, bad ICRC, or for no QP of ours.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Makes the progress engine read `sock` (a socket from [`endpoint`]).
+/// Makes the progress engine read `sock` (a socket from [`endpoint`]), except while an
+/// application busy-polls it: then the application reads it (see [`drain_for_app`]) and the
+/// progress thread, which would only wake to find the datagram taken, parks the socket and
+/// looks again every millisecond.
 pub fn watch(sock: Arc<Sock>) -> Result<()> {
     let raw = sock.as_raw_fd();
     let w = Arc::downgrade(&sock);
-    engine()?.watch(
+    engine()?.watch_parkable(
         raw,
         Arc::new(move |_| {
-            if let Some(s) = w.upgrade() {
-                drain(&s);
+            let Some(s) = w.upgrade() else { return true };
+            if app_polls(&s) {
+                return false;
             }
+            drain(&s);
+            true
         }),
     )
+}
+
+/// How recently an application must have read a socket for the progress thread to leave it
+/// alone (ns).
+const APP_READ_WINDOW_NS: u64 = 200_000;
+
+/// Whether an application is busy-polling `sock`: it read the socket within the window and no
+/// thread of the process sleeps on a completion channel (one that does needs the progress
+/// thread to take the datagram that will wake it).
+pub(crate) fn app_polls(sock: &Sock) -> bool {
+    let at = sock.app_read_at.load(Ordering::Relaxed);
+    at != 0
+        && ARMED_CQS.load(Ordering::Relaxed) == 0
+        && super::now_ns().saturating_sub(at) < APP_READ_WINDOW_NS
+}
+
+/// [`drain`] for a QP's progress: on an application's thread (polling a CQ, posting) it also
+/// notes that the application reads the socket.
+pub fn drain_for_app(sock: &Sock) -> bool {
+    if !on_progress_thread() {
+        sock.app_read_at.store(super::now_ns().max(1), Ordering::Relaxed);
+    }
+    drain(sock)
 }
 
 /// Reads what waits at `sock` (a bounded batch) and hands it to the QPs; `false` if another
