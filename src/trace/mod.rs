@@ -95,7 +95,7 @@ pub struct Line {
 }
 
 impl Line {
-    fn new() -> Line {
+    pub(crate) fn new() -> Line {
         Line {
             text: String::with_capacity(160),
             outs: String::new(),
