@@ -51,6 +51,13 @@ pub static NAMED: &[(&str, &str, Decoder)] = &[
     ("ibv_query_qp", "mask", |v, o| flag_names(v, QP_ATTR_MASK, o)),
     ("ibv_modify_srq", "mask", |v, o| flag_names(v, SRQ_ATTR_MASK, o)),
     ("rdma_init_qp_attr", "qp_attr_mask", |v, o| flag_names(v, QP_ATTR_MASK, o)),
+    ("rdma_post_send", "flags", |v, o| flag_names(v, SEND_FLAGS, o)),
+    ("rdma_post_sendv", "flags", |v, o| flag_names(v, SEND_FLAGS, o)),
+    ("rdma_post_ud_send", "flags", |v, o| flag_names(v, SEND_FLAGS, o)),
+    ("rdma_post_read", "flags", |v, o| flag_names(v, SEND_FLAGS, o)),
+    ("rdma_post_readv", "flags", |v, o| flag_names(v, SEND_FLAGS, o)),
+    ("rdma_post_write", "flags", |v, o| flag_names(v, SEND_FLAGS, o)),
+    ("rdma_post_writev", "flags", |v, o| flag_names(v, SEND_FLAGS, o)),
     ("ibv_wc_status_str", "status", |v, o| enum_name(v, WC_STATUS, o)),
     ("ibv_event_type_str", "event", |v, o| enum_name(v, EVENT_TYPES, o)),
     ("rdma_event_str", "event", |v, o| enum_name(v, CM_EVENTS, o)),
@@ -281,7 +288,7 @@ impl Typed for Arg<'_, *mut ibv_qp_init_attr> {
 fn addrinfo(p: *const rdma_addrinfo, out: &mut String) {
     p.show(out);
     // SAFETY: rdma_getaddrinfo(3)'s hints and the rdma_addrinfo given to rdma_create_ep(3)
-    // and rdma_freeaddrinfo(3) are valid for reads.
+    // are valid for reads.
     let Some(ai) = (unsafe { read(p) }) else { return };
     out.push_str("{ai_flags=");
     flag_names(ai.ai_flags as i64, RAI_FLAGS, out);
@@ -307,8 +314,13 @@ impl Typed for Arg<'_, *const rdma_addrinfo> {
 }
 
 impl Typed for Arg<'_, *mut rdma_addrinfo> {
-    fn put(&self, _f: &str, a: &str, l: &mut Line) {
-        addrinfo(*self.0, l.arg(a));
+    fn put(&self, f: &str, a: &str, l: &mut Line) {
+        if f == "rdma_freeaddrinfo" {
+            // A list it never handed out or one freed already is ignored, so not read here.
+            self.0.show(l.arg(a));
+        } else {
+            addrinfo(*self.0, l.arg(a));
+        }
     }
 }
 
