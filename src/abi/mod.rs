@@ -159,32 +159,20 @@ impl<T: Default> Convention for Infallible<T> {
 }
 
 /// Runs an exported function's body: panics become `EIO`, the result becomes `C::C`.
-///
-/// This is the one place calls are traced (`RDMASHIM_TRACE`, [`crate::trace`]): `args` decodes
-/// the arguments before the body runs and `after` what it wrote through them; neither runs when
-/// tracing is off, which costs one relaxed atomic load here. [`entry_body!`] writes both.
 #[inline(always)]
-pub fn call<C: Convention>(
-    name: &'static str,
-    args: impl FnOnce(&mut crate::trace::Line),
-    after: impl FnOnce(&mut crate::trace::Line, i64),
-    body: impl FnOnce() -> Result<C::Ok>,
-) -> C::C
-where
-    C::C: crate::trace::Show,
-{
-    if crate::trace::on() {
-        return traced::<C>(name, args, after, body);
-    }
+pub fn call<C: Convention>(body: impl FnOnce() -> Result<C::Ok>) -> C::C {
     let r = catch_unwind(AssertUnwindSafe(body)).unwrap_or(Err(Errno::EIO));
     C::to_c(r)
 }
 
-/// [`call`] with its trace line. Tracing never changes the call: errno is kept as the call left
-/// it, and a panic while decoding loses the line, nothing else.
+/// [`call`] with its trace line (`RDMASHIM_TRACE`, [`crate::trace`]), when [`crate::trace::on`]
+/// says so: `args` decodes the arguments before the body runs, `after` what it wrote through
+/// them. [`entry_body!`] writes both and makes the choice, so that with tracing off neither
+/// closure is even built. Tracing never changes the call: errno is kept as the call left it,
+/// and a panic while decoding loses the line, nothing else.
 #[cold]
 #[inline(never)]
-fn traced<C: Convention>(
+pub fn traced<C: Convention>(
     name: &'static str,
     args: impl FnOnce(&mut crate::trace::Line),
     after: impl FnOnce(&mut crate::trace::Line, i64),
@@ -228,8 +216,10 @@ macro_rules! entry {
 }
 
 /// The body of an exported function (what [`entry!`] expands to, and what the hand-written
-/// exports of `rdma_verbs.rs` use, since cbindgen must see their signatures): [`call`] with the
-/// function's name and its arguments for the trace. `entry_body!(name(args) -> Convention {..})`.
+/// exports of `rdma_verbs.rs` and the ops-table callbacks use): [`crate::abi::call`], or
+/// [`crate::abi::traced`] with the function's name and its arguments when tracing is on; the
+/// one place calls are traced. `entry_body!(name(args) -> Convention {..})`, or with a string
+/// for the name (a callback, named as the program calls it).
 #[macro_export]
 macro_rules! entry_body {
     ($name:ident($($arg:ident),* $(,)?) -> $conv:ty $body:block) => {
@@ -240,18 +230,25 @@ macro_rules! entry_body {
         $crate::entry_body!(@ $label, ($($arg),*) -> $conv $body)
     };
     (@ $label:expr, ($($arg:ident),*) -> $conv:ty $body:block) => {{
-        #[allow(unused_imports)]
-        use $crate::trace::decode::{Plain as _, Typed as _};
-        $crate::abi::call::<$conv>(
-            $label,
-            |_l| {
-                $((&$crate::trace::decode::Arg(&$arg)).put($label, stringify!($arg), _l);)*
-            },
-            |_l, _ret| {
-                $((&$crate::trace::decode::Arg(&$arg)).after($label, stringify!($arg), _ret, _l);)*
-            },
-            move || $body,
-        )
+        let body = move || $body;
+        // Tracing off: one relaxed load, then the plain call.
+        if !$crate::trace::on() {
+            $crate::abi::call::<$conv>(body)
+        } else {
+            #[allow(unused_imports)]
+            use $crate::trace::decode::{Plain as _, Typed as _};
+            $crate::abi::traced::<$conv>(
+                $label,
+                |_l| {
+                    $((&$crate::trace::decode::Arg(&$arg)).put($label, stringify!($arg), _l);)*
+                },
+                |_l, _ret| {
+                    $((&$crate::trace::decode::Arg(&$arg))
+                        .after($label, stringify!($arg), _ret, _l);)*
+                },
+                body,
+            )
+        }
     }};
 }
 

@@ -8,8 +8,9 @@
 //! * The `ibv_qp_ex` functions behind `ibv_wr_*`, and the exported `ibv_qp_to_qp_ex`.
 //!
 //! None of these callbacks is an exported symbol (libibverbs does not export them either); the
-//! ones with logic run their body through [`call`] like every `entry!`, so a panic never crosses
-//! into C. The readers only load values and cannot fail.
+//! ones with logic run their body through [`crate::entry_body!`] like every `entry!` (named as
+//! the program calls them, e.g. `ibv_start_poll`, for `RDMASHIM_TRACE`), so a panic never crosses
+//! into C. The readers only load values and cannot fail (and are not traced).
 
 use crate::abi::{arg, out, Nothing, NullOr, PositiveErrno};
 use crate::entry;

@@ -1,9 +1,9 @@
 //! `RDMASHIM_TRACE`: one line per librdmacm/libibverbs call that goes through the C boundary
 //! (and per CM event and work completion it hands out), written to a file or to stderr.
 //!
-//! The abi layer's one helper ([`crate::abi::call`]) asks [`on`] first: when tracing is off that
-//! is one relaxed atomic load and nothing else (no lock, no formatting, no allocation). When it
-//! is on, the arguments are decoded before the call (the call may free what they point at), the
+//! The abi layer's one body macro ([`crate::entry_body!`], behind every `entry!`) asks [`on`]
+//! first: when tracing is off that is one relaxed atomic load and nothing else (no lock, no
+//! formatting, no allocation). When it is on ([`crate::abi::traced`]), the arguments are decoded before the call (the call may free what they point at), the
 //! result, errno and duration after it, and the whole line, with any follow-up lines (events,
 //! completions), goes out with a single `write(2)`: lines of different threads and processes
 //! never interleave (the file is opened `O_APPEND`).
