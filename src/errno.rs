@@ -40,6 +40,12 @@ impl Errno {
         Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
     }
 
+    /// The calling thread's `errno` as it stands (0 included).
+    pub fn last_raw() -> i32 {
+        // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+        unsafe { *libc::__errno_location() }
+    }
+
     /// Stores this value in the calling thread's `errno`.
     pub fn set(self) {
         // SAFETY: __errno_location returns the calling thread's errno slot, always valid.

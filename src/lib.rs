@@ -18,6 +18,7 @@ pub mod provider;
 pub mod rsocket;
 pub mod runtime;
 pub mod sys;
+pub mod trace;
 pub mod verbs;
 
 pub use errno::{Errno, Result};

@@ -29,6 +29,8 @@ pub fn init() {
 extern "C" fn init_at_load() {
     // A panic must not unwind out of a constructor; the entries call init() again anyway.
     let _ = catch_unwind(init);
+    // Read RDMASHIM_TRACE now, so that no call (the data path included) pays for it later.
+    let _ = catch_unwind(crate::trace::init);
 }
 
 // Runs when the library is loaded (the staticlib is linked whole into the shared objects).
@@ -157,9 +159,40 @@ impl<T: Default> Convention for Infallible<T> {
 }
 
 /// Runs an exported function's body: panics become `EIO`, the result becomes `C::C`.
+#[inline(always)]
 pub fn call<C: Convention>(body: impl FnOnce() -> Result<C::Ok>) -> C::C {
     let r = catch_unwind(AssertUnwindSafe(body)).unwrap_or(Err(Errno::EIO));
     C::to_c(r)
+}
+
+/// [`call`] with its trace line (`RDMASHIM_TRACE`, [`crate::trace`]), when [`crate::trace::on`]
+/// says so: `args` decodes the arguments before the body runs, `after` what it wrote through
+/// them. [`entry_body!`] writes both and makes the choice, so that with tracing off neither
+/// closure is even built. Tracing never changes the call: errno is kept as the call left it,
+/// and a panic while decoding loses the line, nothing else.
+#[cold]
+#[inline(never)]
+pub fn traced<C: Convention>(
+    name: &'static str,
+    args: impl FnOnce(&mut crate::trace::Line),
+    after: impl FnOnce(&mut crate::trace::Line, i64),
+    body: impl FnOnce() -> Result<C::Ok>,
+) -> C::C
+where
+    C::C: crate::trace::Show,
+{
+    let saved = Errno::last_raw();
+    let line = catch_unwind(AssertUnwindSafe(|| crate::trace::Call::start(name, args))).ok();
+    Errno(saved).set();
+    let r = catch_unwind(AssertUnwindSafe(body)).unwrap_or(Err(Errno::EIO));
+    let errno = r.as_ref().err().map(|e| e.0);
+    let c = C::to_c(r);
+    let saved = Errno::last_raw();
+    if let Some(line) = line {
+        let _ = catch_unwind(AssertUnwindSafe(|| line.finish(&c, errno, after)));
+    }
+    Errno(saved).set();
+    c
 }
 
 /// Declares exported C functions: `fn name(args) -> Convention { body returning Result }`.
@@ -177,9 +210,46 @@ macro_rules! entry {
         #[no_mangle]
         #[allow(clippy::missing_safety_doc, unused_unsafe)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> <$conv as $crate::abi::Convention>::C {
-            $crate::abi::call::<$conv>(move || $body)
+            $crate::entry_body!($name($($arg),*) -> $conv $body)
         }
     )*};
+}
+
+/// The body of an exported function (what [`entry!`] expands to, and what the hand-written
+/// exports of `rdma_verbs.rs` and the ops-table callbacks use): [`crate::abi::call`], or
+/// [`crate::abi::traced`] with the function's name and its arguments when tracing is on; the
+/// one place calls are traced. `entry_body!(name(args) -> Convention {..})`, or with a string
+/// for the name (a callback, named as the program calls it).
+#[macro_export]
+macro_rules! entry_body {
+    ($name:ident($($arg:ident),* $(,)?) -> $conv:ty $body:block) => {
+        $crate::entry_body!(@ stringify!($name), ($($arg),*) -> $conv $body)
+    };
+    // An ops-table callback, named as the program calls it: `"ibv_start_poll"(cq, attr) -> ..`.
+    ($label:literal($($arg:ident),* $(,)?) -> $conv:ty $body:block) => {
+        $crate::entry_body!(@ $label, ($($arg),*) -> $conv $body)
+    };
+    (@ $label:expr, ($($arg:ident),*) -> $conv:ty $body:block) => {{
+        let body = move || $body;
+        // Tracing off: one relaxed load, then the plain call.
+        if !$crate::trace::on() {
+            $crate::abi::call::<$conv>(body)
+        } else {
+            #[allow(unused_imports)]
+            use $crate::trace::decode::{Plain as _, Typed as _};
+            $crate::abi::traced::<$conv>(
+                $label,
+                |_l| {
+                    $((&$crate::trace::decode::Arg(&$arg)).put($label, stringify!($arg), _l);)*
+                },
+                |_l, _ret| {
+                    $((&$crate::trace::decode::Arg(&$arg))
+                        .after($label, stringify!($arg), _ret, _l);)*
+                },
+                body,
+            )
+        }
+    }};
 }
 
 /// Declares exported functions that exist for ABI completeness but are not implemented yet:

@@ -20,7 +20,7 @@ use crate::abi::verbs::{
     ibv_ack_cq_events, ibv_dereg_mr, ibv_get_cq_event, ibv_poll_cq, ibv_post_recv, ibv_post_send,
     ibv_post_srq_recv, ibv_reg_mr, ibv_req_notify_cq,
 };
-use crate::abi::{call, MinusOne, NullOr, Value};
+use crate::abi::{MinusOne, NullOr, Value};
 use crate::errno::{Errno, Result};
 use crate::sys::{
     ibv_access_flags, ibv_ah, ibv_comp_channel, ibv_cq, ibv_mr, ibv_qp, ibv_recv_wr, ibv_send_wr,
@@ -193,7 +193,7 @@ pub unsafe extern "C" fn rdma_reg_msgs(
     addr: *mut c_void,
     length: usize,
 ) -> *mut ibv_mr {
-    call::<NullOr<ibv_mr>>(|| {
+    crate::entry_body!(rdma_reg_msgs(id, addr, length) -> NullOr<ibv_mr> {
         // SAFETY: reg checks `id`; the buffer is the caller's, as for ibv_reg_mr.
         unsafe { reg(id, addr, length, ibv_access_flags::IBV_ACCESS_LOCAL_WRITE) }
     })
@@ -211,7 +211,7 @@ pub unsafe extern "C" fn rdma_reg_read(
     addr: *mut c_void,
     length: usize,
 ) -> *mut ibv_mr {
-    call::<NullOr<ibv_mr>>(|| {
+    crate::entry_body!(rdma_reg_read(id, addr, length) -> NullOr<ibv_mr> {
         let access =
             ibv_access_flags::IBV_ACCESS_LOCAL_WRITE | ibv_access_flags::IBV_ACCESS_REMOTE_READ;
         // SAFETY: reg checks `id`; the buffer is the caller's, as for ibv_reg_mr.
@@ -231,7 +231,7 @@ pub unsafe extern "C" fn rdma_reg_write(
     addr: *mut c_void,
     length: usize,
 ) -> *mut ibv_mr {
-    call::<NullOr<ibv_mr>>(|| {
+    crate::entry_body!(rdma_reg_write(id, addr, length) -> NullOr<ibv_mr> {
         let access =
             ibv_access_flags::IBV_ACCESS_LOCAL_WRITE | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
         // SAFETY: reg checks `id`; the buffer is the caller's, as for ibv_reg_mr.
@@ -247,7 +247,7 @@ pub unsafe extern "C" fn rdma_reg_write(
 /// `mr` is NULL, a destroyed MR or a live MR (checked by `ibv_dereg_mr`).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_dereg_mr(mr) -> MinusOne {
         // SAFETY: ibv_dereg_mr checks `mr` against its registry.
         seterrno(unsafe { ibv_dereg_mr(mr) })
     })
@@ -267,7 +267,7 @@ pub unsafe extern "C" fn rdma_post_recvv(
     sgl: *mut ibv_sge,
     nsge: c_int,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_recvv(id, context, sgl, nsge) -> MinusOne {
         // SAFETY: post_recv_wr checks `id`; `sgl` is the caller's.
         unsafe { post_recv_wr(id, context, sgl, nsge) }
     })
@@ -287,7 +287,7 @@ pub unsafe extern "C" fn rdma_post_sendv(
     nsge: c_int,
     flags: c_int,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_sendv(id, context, sgl, nsge, flags) -> MinusOne {
         let op = ibv_wr_opcode::IBV_WR_SEND;
         // SAFETY: post_send_wr checks `id`; `sgl` is the caller's.
         unsafe { post_send_wr(id, context, sgl, nsge, op, flags, |_| {}) }
@@ -310,7 +310,7 @@ pub unsafe extern "C" fn rdma_post_readv(
     remote_addr: u64,
     rkey: u32,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_readv(id, context, sgl, nsge, flags, remote_addr, rkey) -> MinusOne {
         // SAFETY: post_rdma checks `id`; `sgl` is the caller's.
         unsafe {
             post_rdma(
@@ -343,7 +343,7 @@ pub unsafe extern "C" fn rdma_post_writev(
     remote_addr: u64,
     rkey: u32,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_writev(id, context, sgl, nsge, flags, remote_addr, rkey) -> MinusOne {
         // SAFETY: post_rdma checks `id`; `sgl` is the caller's.
         unsafe {
             post_rdma(
@@ -374,7 +374,7 @@ pub unsafe extern "C" fn rdma_post_recv(
     length: usize,
     mr: *mut ibv_mr,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_recv(id, context, addr, length, mr) -> MinusOne {
         let mr = live_mr(mr)?.ok_or(Errno::EINVAL)?;
         let (start, end) = (addr as usize, (addr as usize).checked_add(length));
         let mr_start = mr.addr;
@@ -404,7 +404,7 @@ pub unsafe extern "C" fn rdma_post_send(
     mr: *mut ibv_mr,
     flags: c_int,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_send(id, context, addr, length, mr, flags) -> MinusOne {
         let mut sge = sge(addr, length, lkey_or_zero(mr)?);
         let op = ibv_wr_opcode::IBV_WR_SEND;
         // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
@@ -429,7 +429,7 @@ pub unsafe extern "C" fn rdma_post_read(
     remote_addr: u64,
     rkey: u32,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_read(id, context, addr, length, mr, flags, remote_addr, rkey) -> MinusOne {
         let mr = live_mr(mr)?.ok_or(Errno::EINVAL)?;
         let mut sge = sge(addr, length, mr.key);
         // SAFETY: post_rdma checks `id`; `sge` is one element on our stack.
@@ -465,7 +465,7 @@ pub unsafe extern "C" fn rdma_post_write(
     remote_addr: u64,
     rkey: u32,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_write(id, context, addr, length, mr, flags, remote_addr, rkey) -> MinusOne {
         let mut sge = sge(addr, length, lkey_or_zero(mr)?);
         // SAFETY: post_rdma checks `id`; `sge` is one element on our stack.
         unsafe {
@@ -500,7 +500,7 @@ pub unsafe extern "C" fn rdma_post_ud_send(
     ah: *mut ibv_ah,
     remote_qpn: u32,
 ) -> c_int {
-    call::<MinusOne>(|| {
+    crate::entry_body!(rdma_post_ud_send(id, context, addr, length, mr, flags, ah, remote_qpn) -> MinusOne {
         let mut sge = sge(addr, length, lkey_or_zero(mr)?);
         let op = ibv_wr_opcode::IBV_WR_SEND;
         // SAFETY: post_send_wr checks `id`; `sge` is one element on our stack.
@@ -578,7 +578,7 @@ unsafe fn get_comp(
 /// `id` is checked; `wc` is NULL or valid for writes of one `ibv_wc`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_send_comp(id: *mut rdma_cm_id, wc: *mut ibv_wc) -> c_int {
-    call::<Value<c_int>>(|| {
+    crate::entry_body!(rdma_get_send_comp(id, wc) -> Value<c_int> {
         crate::cm::check_id(id)?;
         // SAFETY: check_id confirmed `id` is a live rdma_cm_id.
         let (cq, channel) = unsafe { ((*id).send_cq, (*id).send_cq_channel) };
@@ -596,7 +596,7 @@ pub unsafe extern "C" fn rdma_get_send_comp(id: *mut rdma_cm_id, wc: *mut ibv_wc
 /// `id` is checked; `wc` is NULL or valid for writes of one `ibv_wc`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_recv_comp(id: *mut rdma_cm_id, wc: *mut ibv_wc) -> c_int {
-    call::<Value<c_int>>(|| {
+    crate::entry_body!(rdma_get_recv_comp(id, wc) -> Value<c_int> {
         crate::cm::check_id(id)?;
         // SAFETY: check_id confirmed `id` is a live rdma_cm_id.
         let (cq, channel) = unsafe { ((*id).recv_cq, (*id).recv_cq_channel) };

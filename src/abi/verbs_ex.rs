@@ -8,10 +8,11 @@
 //! * The `ibv_qp_ex` functions behind `ibv_wr_*`, and the exported `ibv_qp_to_qp_ex`.
 //!
 //! None of these callbacks is an exported symbol (libibverbs does not export them either); the
-//! ones with logic run their body through [`call`] like every `entry!`, so a panic never crosses
-//! into C. The readers only load values and cannot fail.
+//! ones with logic run their body through [`crate::entry_body!`] like every `entry!` (named as
+//! the program calls them, e.g. `ibv_start_poll`, for `RDMASHIM_TRACE`), so a panic never crosses
+//! into C. The readers only load values and cannot fail (and are not traced).
 
-use crate::abi::{arg, call, out, Nothing, NullOr, PositiveErrno};
+use crate::abi::{arg, out, Nothing, NullOr, PositiveErrno};
 use crate::entry;
 use crate::errno::Errno;
 use crate::sys::*;
@@ -44,7 +45,7 @@ unsafe extern "C" fn query_port(
     attr: *mut ibv_port_attr,
     len: usize,
 ) -> c_int {
-    call::<PositiveErrno>(move || {
+    crate::entry_body!("ibv_query_port"(context, port, attr, len) -> PositiveErrno {
         objects().contexts.get(context)?;
         let a = device_ex::port_attr_full(port)?;
         // The legacy prefix (up to `flags`) is the least a caller can have compiled.
@@ -60,7 +61,7 @@ unsafe extern "C" fn query_device_ex(
     attr: *mut ibv_device_attr_ex,
     len: usize,
 ) -> c_int {
-    call::<PositiveErrno>(move || {
+    crate::entry_body!("ibv_query_device_ex"(context, input, attr, len) -> PositiveErrno {
         objects().contexts.get(context)?;
         // SAFETY: input is NULL or valid for reads.
         if unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
@@ -77,7 +78,7 @@ unsafe extern "C" fn create_cq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
-    call::<NullOr<ibv_cq_ex>>(move || {
+    crate::entry_body!("ibv_create_cq_ex"(context, attr) -> NullOr<ibv_cq_ex> {
         let c = objects().contexts.get(context)?;
         // SAFETY: attr is NULL or valid for reads.
         let a = unsafe { arg(attr) }?;
@@ -101,7 +102,7 @@ unsafe extern "C" fn create_qp_ex(
     context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    call::<NullOr<ibv_qp>>(move || {
+    crate::entry_body!("ibv_create_qp_ex"(context, attr) -> NullOr<ibv_qp> {
         objects().contexts.get(context)?;
         // SAFETY: attr is NULL or valid for reads and writes (caps are written back).
         let a = unsafe { out(attr) }?;
@@ -155,7 +156,7 @@ fn fill_cq_ops(ex: &mut ibv_cq_ex, wc_flags: u64) {
 }
 
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    call::<PositiveErrno>(move || {
+    crate::entry_body!("ibv_start_poll"(cq, attr) -> PositiveErrno {
         // SAFETY: attr is NULL or valid for reads.
         if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
             return Err(Errno::EINVAL);
@@ -165,11 +166,11 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    call::<PositiveErrno>(move || objects().cqs.get(cq)?.ex_poll(false))
+    crate::entry_body!("ibv_next_poll"(cq) -> PositiveErrno { objects().cqs.get(cq)?.ex_poll(false) })
 }
 
 unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    call::<Nothing>(move || {
+    crate::entry_body!("ibv_end_poll"(cq) -> Nothing {
         objects().cqs.get(cq)?.end_poll();
         Ok(())
     })
@@ -254,8 +255,8 @@ fn fill_qp_ops(x: &mut ibv_qp_ex) {
 
 /// Runs a builder on the posting state of `qp`; builders return nothing, so a foreign pointer
 /// only sets errno.
-fn with_qp(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpEx)) {
-    call::<crate::abi::Nothing>(move || {
+fn with_qp(name: &'static str, qp: *mut ibv_qp_ex, f: impl FnOnce(&QpEx)) {
+    crate::entry_body!(@ name, (qp) -> Nothing {
         let x = qp_ex::lookup(qp)?;
         f(&x);
         Ok(())
@@ -263,8 +264,8 @@ fn with_qp(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpEx)) {
 }
 
 /// An `ibv_wr_<op>` call: the caller has set `wr_id` and `wr_flags` in the `ibv_qp_ex`.
-fn with_op(qp: *mut ibv_qp_ex, op: Op) {
-    call::<crate::abi::Nothing>(move || {
+fn with_op(name: &'static str, qp: *mut ibv_qp_ex, op: Op) {
+    crate::entry_body!(@ name, (qp) -> Nothing {
         let x = qp_ex::lookup(qp)?;
         // SAFETY: qp is one of our live ibv_qp_ex (the lookup succeeded); C owns these two
         // fields and set them on this thread before the call.
@@ -275,27 +276,27 @@ fn with_op(qp: *mut ibv_qp_ex, op: Op) {
 }
 
 unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    with_qp(qp, |x| x.start());
+    with_qp("ibv_wr_start", qp, |x| x.start());
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    call::<PositiveErrno>(move || qp_ex::lookup(qp)?.complete())
+    crate::entry_body!("ibv_wr_complete"(qp) -> PositiveErrno { qp_ex::lookup(qp)?.complete() })
 }
 
 unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
-    with_qp(qp, |x| x.abort());
+    with_qp("ibv_wr_abort", qp, |x| x.abort());
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
-    with_op(qp, Op::new(IBV_WR_SEND));
+    with_op("ibv_wr_send", qp, Op::new(IBV_WR_SEND));
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm_data: __be32) {
-    with_op(qp, Op { imm: Some(imm_data), ..Op::new(IBV_WR_SEND_WITH_IMM) });
+    with_op("ibv_wr_send_imm", qp, Op { imm: Some(imm_data), ..Op::new(IBV_WR_SEND_WITH_IMM) });
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    with_op(qp, Op { rkey, remote_addr, ..Op::new(IBV_WR_RDMA_WRITE) });
+    with_op("ibv_wr_rdma_write", qp, Op { rkey, remote_addr, ..Op::new(IBV_WR_RDMA_WRITE) });
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(
@@ -305,13 +306,14 @@ unsafe extern "C" fn wr_rdma_write_imm(
     imm_data: __be32,
 ) {
     with_op(
+        "ibv_wr_rdma_write_imm",
         qp,
         Op { rkey, remote_addr, imm: Some(imm_data), ..Op::new(IBV_WR_RDMA_WRITE_WITH_IMM) },
     );
 }
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    with_op(qp, Op { rkey, remote_addr, ..Op::new(IBV_WR_RDMA_READ) });
+    with_op("ibv_wr_rdma_read", qp, Op { rkey, remote_addr, ..Op::new(IBV_WR_RDMA_READ) });
 }
 
 unsafe extern "C" fn wr_atomic_cmp_swp(
@@ -323,7 +325,7 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
 ) {
     let op =
         Op { rkey, remote_addr, compare_add: compare, swap, ..Op::new(IBV_WR_ATOMIC_CMP_AND_SWP) };
-    with_op(qp, op);
+    with_op("ibv_wr_atomic_cmp_swp", qp, op);
 }
 
 unsafe extern "C" fn wr_atomic_fetch_add(
@@ -332,17 +334,21 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     remote_addr: u64,
     add: u64,
 ) {
-    with_op(qp, Op { rkey, remote_addr, compare_add: add, ..Op::new(IBV_WR_ATOMIC_FETCH_AND_ADD) });
+    with_op(
+        "ibv_wr_atomic_fetch_add",
+        qp,
+        Op { rkey, remote_addr, compare_add: add, ..Op::new(IBV_WR_ATOMIC_FETCH_AND_ADD) },
+    );
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let sge = ibv_sge { addr, length, lkey };
     // SAFETY: the verbs contract makes an inline request's buffer readable at this call.
-    with_qp(qp, |x| unsafe { x.set_sges(std::slice::from_ref(&sge)) });
+    with_qp("ibv_wr_set_sge", qp, |x| unsafe { x.set_sges(std::slice::from_ref(&sge)) });
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
-    with_qp(qp, |x| {
+    with_qp("ibv_wr_set_sge_list", qp, |x| {
         if num_sge > 0 && sg_list.is_null() {
             return x.fail(Errno::EINVAL);
         }
@@ -363,7 +369,9 @@ unsafe extern "C" fn wr_set_inline_data(
     length: usize,
 ) {
     // SAFETY: the buffer is readable for length bytes (the API contract).
-    with_qp(qp, |x| unsafe { x.set_inline(&[(addr as *const u8, length)]) });
+    with_qp("ibv_wr_set_inline_data", qp, |x| unsafe {
+        x.set_inline(&[(addr as *const u8, length)])
+    });
 }
 
 unsafe extern "C" fn wr_set_inline_data_list(
@@ -371,7 +379,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
     num_buf: usize,
     buf_list: *const ibv_data_buf,
 ) {
-    with_qp(qp, |x| {
+    with_qp("ibv_wr_set_inline_data_list", qp, |x| {
         if num_buf > 0 && buf_list.is_null() {
             return x.fail(Errno::EINVAL);
         }
@@ -395,7 +403,7 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qpn: u32,
     remote_qkey: u32,
 ) {
-    with_qp(qp, |x| x.set_ud_addr(ah, remote_qpn, remote_qkey));
+    with_qp("ibv_wr_set_ud_addr", qp, |x| x.set_ud_addr(ah, remote_qpn, remote_qkey));
 }
 
 unsafe extern "C" fn wr_bind_mw(
@@ -404,23 +412,23 @@ unsafe extern "C" fn wr_bind_mw(
     _rkey: u32,
     _info: *const ibv_mw_bind_info,
 ) {
-    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+    with_qp("ibv_wr_bind_mw", qp, |x| x.fail(Errno::EOPNOTSUPP));
 }
 
 unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+    with_qp("ibv_wr_local_inv", qp, |x| x.fail(Errno::EOPNOTSUPP));
 }
 
 unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+    with_qp("ibv_wr_send_inv", qp, |x| x.fail(Errno::EOPNOTSUPP));
 }
 
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut libc::c_void, _sz: u16, _mss: u16) {
-    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+    with_qp("ibv_wr_send_tso", qp, |x| x.fail(Errno::EOPNOTSUPP));
 }
 
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
-    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+    with_qp("ibv_wr_set_xrc_srqn", qp, |x| x.fail(Errno::EOPNOTSUPP));
 }
 
 unsafe extern "C" fn wr_atomic_write(
@@ -429,7 +437,7 @@ unsafe extern "C" fn wr_atomic_write(
     _remote_addr: u64,
     _data: *const libc::c_void,
 ) {
-    with_qp(qp, |x| x.fail(Errno::EOPNOTSUPP));
+    with_qp("ibv_wr_atomic_write", qp, |x| x.fail(Errno::EOPNOTSUPP));
 }
 
 entry! {

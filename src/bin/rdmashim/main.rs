@@ -1,6 +1,7 @@
 //! `rdmashim`: the launcher and the diagnostics of the rdmashim library (issue 12).
 //!
-//! * `rdmashim run [--mode preload|dropin] [--faults SPEC] [--provider NAME] -- PROGRAM ARGS…`
+//! * `rdmashim run [--mode preload|dropin] [--trace FILE] [--faults SPEC] [--provider NAME] --
+//!   PROGRAM ARGS…`
 //!   runs an unmodified program on rdmashim; its exit status is the program's (we exec it).
 //! * `rdmashim devinfo` prints what `ibv_devinfo -v` prints for the device, through the same
 //!   verbs calls a program makes (this binary links the library itself).
@@ -29,7 +30,7 @@ commands:
 ";
 
 const RUN_USAGE: &str = "\
-usage: rdmashim run [--mode preload|dropin] [--faults SPEC] [--provider NAME]
+usage: rdmashim run [--mode preload|dropin] [--trace FILE] [--faults SPEC] [--provider NAME]
                     [--no-device-view] [--lib-dir DIR] -- PROGRAM [ARGS...]
 
 Runs PROGRAM unmodified on rdmashim and exits with its status.
@@ -37,6 +38,9 @@ Runs PROGRAM unmodified on rdmashim and exits with its status.
                    and libibverbs stay loaded, ours take precedence
   --mode dropin    LD_LIBRARY_PATH=<lib-dir>/dropin: our librdmacm.so.1 and libibverbs.so.1
                    load instead of the system's
+  --trace FILE     RDMASHIM_TRACE=FILE: one line per rdma_*/ibv_* call (arguments, result,
+                   errno, duration), CM event and work completion, appended to FILE
+                   (stderr or - for standard error)
   --faults SPEC    RDMASHIM_FAULTS=SPEC: drop/duplicate/reorder/delay RoCEv2 packets, e.g.
                    drop=0.05,dup=0.05,reorder=0.05,delay=0.05:2ms (network path only)
   --provider NAME  RDMASHIM_PROVIDER=NAME (soft is the embedded provider)
@@ -104,6 +108,7 @@ fn bad(usage: &str, why: &str) -> ExitCode {
 fn run(args: Vec<OsString>) -> ExitCode {
     let mut mode = "preload".to_string();
     let mut faults: Option<OsString> = None;
+    let mut trace: Option<OsString> = None;
     let mut provider: Option<OsString> = None;
     let mut lib_dir: Option<std::path::PathBuf> = None;
     let mut device_view = true;
@@ -125,6 +130,7 @@ fn run(args: Vec<OsString>) -> ExitCode {
                 _ => Err(format!("--mode must be preload or dropin, not {}", v.to_string_lossy())),
             }),
             Some("--faults") => value("--faults").map(|v| faults = Some(v)),
+            Some("--trace") => value("--trace").map(|v| trace = Some(v)),
             Some("--provider") => value("--provider").map(|v| provider = Some(v)),
             Some("--lib-dir") => value("--lib-dir").map(|v| lib_dir = Some(v.into())),
             Some("--no-device-view") => {
@@ -170,6 +176,9 @@ fn run(args: Vec<OsString>) -> ExitCode {
     }
     if let Some(p) = provider {
         cmd.env("RDMASHIM_PROVIDER", p);
+    }
+    if let Some(t) = trace {
+        cmd.env("RDMASHIM_TRACE", t);
     }
     if device_view {
         // The view reads the device in this process: it must see what the program will.
