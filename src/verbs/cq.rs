@@ -382,10 +382,17 @@ impl Cq {
         // a channel may be armed too: the event goes nowhere, as with the kernel.
         self.progress_qps();
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        if st.armed == 0 {
+        let first = st.armed == 0;
+        if first {
             ARMED_CQS.fetch_add(1, Ordering::Relaxed);
         }
         st.armed = if solicited_only { 2 } else { 1 };
+        drop(st);
+        if first {
+            if let Ok(e) = crate::runtime::engine::engine() {
+                e.cq_armed();
+            }
+        }
         Ok(())
     }
 

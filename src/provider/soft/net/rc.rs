@@ -294,6 +294,7 @@ impl NetRc {
 
     fn push(&mut self, ctx: &Ctx<'_>, rq: &mut VecDeque<RecvWqe>, timers: bool) -> Outcome {
         let now = super::now_ns();
+        let timeouts = self.rc.req.stats.timeouts;
         let mut pending = std::mem::take(&mut self.pending);
         let o = self.run(ctx, rq, |rc, mem, _q, out| {
             while let Some(wr) = pending.front() {
@@ -312,6 +313,9 @@ impl NetRc {
             }
         });
         self.pending = pending;
+        if self.rc.req.stats.timeouts != timeouts {
+            self.dump("IB timeout");
+        }
         o
     }
 

@@ -1,7 +1,8 @@
 //! `RDMASHIM_NET_DEBUG=<file>`: each RC QP on the network path keeps its last packets in and
 //! out and appends them, with its engine's state and counters, to the file when the engine
-//! fails, the QP is flushed or destroyed, or its responder keeps dropping packets ahead of a
-//! gap. Off (nothing recorded) unless the variable is set; for diagnosing a transport stall.
+//! fails, an IB timeout fires, the QP is flushed or destroyed, or its responder keeps dropping
+//! packets ahead of a gap. Off (nothing recorded) unless the variable is set; for diagnosing
+//! a transport stall.
 
 use crate::provider::soft::roce::Packet;
 use std::collections::VecDeque;
