@@ -36,12 +36,10 @@ pub type Handler = Arc<dyn Fn(u32) + Send + Sync>;
 /// handled the descriptor (the watch is re-armed), `false` to park it.
 pub type ParkHandler = Arc<dyn Fn(u32) -> bool + Send + Sync>;
 
-/// How long the progress thread sleeps at most while an application busy-polls (ms).
-/// Long enough that a process whose threads all busy-poll is seldom interrupted: on 2 cores
-/// each wake-up of this thread could cost a polling thread of either process a whole time
-/// slice (across namespaces, 1 ms here gave `ib_send_bw` 1 MiB 10-20% less than 10 ms). A
-/// CQ armed for an event takes parked sockets up at once (`cq_armed`).
-const APP_POLLING_CHECK_MS: i32 = 10;
+/// How long the progress thread sleeps at most while an application busy-polls or a socket is
+/// parked (ms): the time it takes to notice an application that stopped polling without
+/// saying so (arming a CQ or running out of work says so, see `unpark_soon`).
+const APP_POLLING_CHECK_MS: i32 = 1;
 /// A parkable watch: readable or hung up, reported once until re-armed.
 const PARKABLE_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
 
@@ -284,9 +282,10 @@ impl Engine {
         r.map(|_| ())
     }
 
-    /// A CQ was armed for an event: a thread will sleep on its channel, so a socket parked for
-    /// a polling application must be read by this thread again now, not at the next check.
-    pub fn cq_armed(&self) {
+    /// A thread will sleep on a channel (a CQ was armed) or an application stopped polling: a
+    /// socket parked for a polling application must be read by this thread again now, not at
+    /// the next look.
+    pub fn unpark_soon(&self) {
         if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             self.kick();
         }
@@ -302,7 +301,7 @@ impl Engine {
     /// Asks the handlers of the parked descriptors whether to take them up; whether any stays
     /// parked.
     fn check_parked(&self) -> bool {
-        // The list stays as it is while the handlers are asked (a copy is walked): `cq_armed`
+        // The list stays as it is while the handlers are asked (a copy is walked): `unpark_soon`
         // must never find it empty while a descriptor is still parked.
         let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut taken = Vec::new();
@@ -536,7 +535,7 @@ mod tests {
             wait(&|| {
                 // Parked, it is asked at least every APP_POLLING_CHECK_MS.
                 let c = checks.load(Ordering::SeqCst);
-                std::thread::sleep(Duration::from_millis(3 * APP_POLLING_CHECK_MS as u64));
+                std::thread::sleep(Duration::from_millis((3 * APP_POLLING_CHECK_MS).max(5) as u64));
                 checks.load(Ordering::SeqCst) == c
             }),
             "taken up: no more checks"

@@ -390,7 +390,7 @@ impl Cq {
         drop(st);
         if first {
             if let Ok(e) = crate::runtime::engine::engine() {
-                e.cq_armed();
+                e.unpark_soon();
             }
         }
         Ok(())

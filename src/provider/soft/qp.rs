@@ -448,13 +448,6 @@ impl TransportQp for SoftQp {
 
 impl Pollable for SoftQp {
     fn progress(&self) -> bool {
-        // A network QP whose application busy-polls its socket is driven by that application
-        // (each poll reads, runs the timers and transmits): the progress thread keeps out
-        // rather than contend for the QP and the cores, and takes over once the polling stops.
-        let net = self.lock_state().net.is_some();
-        if net && super::net::recv::app_polls(&self.udp) {
-            return false;
-        }
         self.progress_now()
     }
 }

@@ -390,7 +390,18 @@ impl SoftQp {
             drop(st);
             let got = super::net::recv::drain_for_app(&self.udp);
             let mut st = self.lock_state();
-            return self.progress_net(&mut st) | got;
+            let moved = self.progress_net(&mut st) | got;
+            // An application with nothing left to complete here that polls no more (it may
+            // wait for an RDMA WRITE by spinning on memory, as ib_write_lat does) must have
+            // its packets read by the progress thread at once.
+            let expects = self.srq.is_some()
+                || !st.rq.is_empty()
+                || st.net.as_ref().is_some_and(|n| n.busy());
+            drop(st);
+            if !expects && !crate::runtime::engine::on_progress_thread() {
+                super::net::recv::app_done(&self.udp);
+            }
+            return moved;
         }
         let tail = st.link.as_ref().map_or(0, |l| l.out.tail());
         let mut did = self.consume(&mut st);

@@ -343,6 +343,12 @@ impl NetRc {
         }
     }
 
+    /// Whether requests or taken receives wait for completions.
+    pub fn busy(&self) -> bool {
+        let book = self.book.borrow();
+        !book.sends.is_empty() || !book.recvs.is_empty() || !self.pending.is_empty()
+    }
+
     /// Sends the packets a batch of received ones led to (see `on_packet`).
     pub fn flush_out(&mut self) {
         self.io.flush();

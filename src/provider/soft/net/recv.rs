@@ -51,7 +51,7 @@ const APP_READ_WINDOW_NS: u64 = 200_000;
 /// Whether an application is busy-polling `sock`: it read the socket within the window and no
 /// thread of the process sleeps on a completion channel (one that does needs the progress
 /// thread to take the datagram that will wake it).
-pub(crate) fn app_polls(sock: &Sock) -> bool {
+fn app_polls(sock: &Sock) -> bool {
     let at = sock.app_read_at.load(Ordering::Relaxed);
     at != 0
         && ARMED_CQS.load(Ordering::Relaxed) == 0
@@ -70,6 +70,16 @@ pub fn drain_for_app(sock: &Sock) -> bool {
     // for a whole time slice while nothing is read (gaps of 5 to 20 ms on 2 cores).
     let batch = sock.reading.lock().unwrap_or_else(|e| e.into_inner());
     read_batch(sock, batch)
+}
+
+/// The application has nothing more to complete on a QP of `sock`: it no longer counts as
+/// polling it, and a parked socket goes back to the progress thread now.
+pub fn app_done(sock: &Sock) {
+    if sock.app_read_at.swap(0, Ordering::Relaxed) != 0 {
+        if let Ok(e) = engine() {
+            e.unpark_soon();
+        }
+    }
 }
 
 /// Reads what waits at `sock` (a bounded batch) and hands it to the QPs; `false` if another
