@@ -78,12 +78,14 @@ struct Io {
 }
 
 /// What a waiting packet is, for coalescing ACKs.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Request,
-    /// An ACK with the ACK syndrome: any later response (ACK, NAK, READ response, atomic ACK)
-    /// acknowledges at least as much, so it need not go if one follows.
+    /// An ACK with the ACK syndrome: a later ACK or NAK of the batch acknowledges at least as
+    /// much (the expected PSN only grows), so it need not go if one follows. A READ response
+    /// or atomic ACK may answer a duplicate, an older PSN, so it does not stand in for one.
     PlainAck,
+    Nak,
     Response,
 }
 
@@ -93,11 +95,26 @@ fn kind_of(pkt: &Packet<'_>) -> Kind {
         op::ACK if pkt.ext.aeth.is_some_and(|a| matches!(a.syndrome(), Syndrome::Ack { .. })) => {
             Kind::PlainAck
         }
-        op::ACK | op::ATOMIC_ACK | op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY => {
-            Kind::Response
-        }
+        op::ACK => Kind::Nak,
+        op::ATOMIC_ACK | op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY => Kind::Response,
         _ => Kind::Request,
     }
+}
+
+/// Which packets of a batch go: the responder ACKs each request that asks (every SEND), so a
+/// batch of packets read together leaves with only its last ACK.
+fn to_send(kinds: impl DoubleEndedIterator<Item = Kind>) -> Vec<bool> {
+    let mut later_ack = false;
+    let mut keep: Vec<bool> = kinds
+        .rev()
+        .map(|k| {
+            let keep = !(k == Kind::PlainAck && later_ack);
+            later_ack |= matches!(k, Kind::PlainAck | Kind::Nak);
+            keep
+        })
+        .collect();
+    keep.reverse();
+    keep
 }
 
 impl Io {
@@ -105,20 +122,7 @@ impl Io {
         if self.lens.is_empty() {
             return;
         }
-        // The responder ACKs each request that asks (every SEND); a batch of packets read
-        // together then leaves with only its last ACK.
-        let mut later_response = false;
-        let mut keep: Vec<bool> = self
-            .lens
-            .iter()
-            .rev()
-            .map(|&(_, k)| {
-                let keep = !(k == Kind::PlainAck && later_response);
-                later_response |= k != Kind::Request;
-                keep
-            })
-            .collect();
-        keep.reverse();
+        let keep = to_send(self.lens.iter().map(|&(_, k)| k));
         let bufs: Vec<&[u8]> = self
             .lens
             .iter()

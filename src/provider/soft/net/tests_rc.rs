@@ -87,3 +87,15 @@ fn remote_access_needs_the_qp_flag_the_region_right_and_the_bounds() {
     assert_eq!(mem.atomic(7, a, t::AtomicOp::CmpSwap { compare: 5, swap: 9 }), Ok(5));
     assert_eq!(mem.atomic(7, a, t::AtomicOp::FetchAdd { add: 0 }), Ok(9));
 }
+
+/// A batch's plain ACKs give way only to a later ACK or NAK: a READ response or atomic ACK
+/// may answer a duplicate request (an older PSN) and acknowledges nothing newer.
+#[test]
+fn only_a_later_ack_or_nak_replaces_a_plain_ack() {
+    use Kind::*;
+    let keep = |k: &[Kind]| to_send(k.iter().copied());
+    assert_eq!(keep(&[PlainAck, PlainAck, Request]), [false, true, true]);
+    assert_eq!(keep(&[PlainAck, Nak]), [false, true]);
+    assert_eq!(keep(&[PlainAck, Response, Response]), [true, true, true]);
+    assert_eq!(keep(&[PlainAck, Response, PlainAck]), [false, true, true]);
+}
