@@ -181,29 +181,50 @@ unsafe fn read<'a, T>(p: *const T) -> Option<&'a T> {
 /// At most this many entries of a list are shown.
 const MAX_LIST: usize = 8;
 
+/// `[item item …]`: a linked list of work requests from `p` on, at most `MAX_LIST` of them.
+///
+/// # Safety
+/// `p` is NULL or the head of a list of valid entries whose `next` links end in NULL (the
+/// traced call's contract).
+unsafe fn wr_list<T>(
+    p: *const T,
+    next: impl Fn(&T) -> *const T,
+    mut item: impl FnMut(&T, &mut String),
+    out: &mut String,
+) {
+    out.push('[');
+    let mut p = p;
+    for i in 0.. {
+        // SAFETY: per the function's contract, p is NULL or a valid entry of the list.
+        let Some(wr) = (unsafe { read(p) }) else { break };
+        if i == MAX_LIST {
+            out.push_str(" …");
+            break;
+        }
+        if i > 0 {
+            out.push(' ');
+        }
+        item(wr, out);
+        p = next(wr);
+    }
+    out.push(']');
+}
+
 impl Typed for Arg<'_, *mut ibv_send_wr> {
     fn put(&self, _f: &str, a: &str, l: &mut Line) {
         let out = l.arg(a);
         self.0.show(out);
-        let mut p = *self.0 as *const ibv_send_wr;
-        out.push('[');
-        for i in 0.. {
-            // SAFETY: the caller's list of send requests (ibv_post_send(3)), read before the call.
-            let Some(wr) = (unsafe { read(p) }) else { break };
-            if i == MAX_LIST {
-                out.push_str(" …");
-                break;
-            }
-            let _ = write!(out, "{}{{wr_id={:#x} opcode=", if i > 0 { " " } else { "" }, wr.wr_id);
+        let item = |wr: &ibv_send_wr, out: &mut String| {
+            let _ = write!(out, "{{wr_id={:#x} opcode=", wr.wr_id);
             enum_name(wr.opcode as i64, WR_OPCODES, out);
             out.push_str(" send_flags=");
             flag_names(wr.send_flags as i64, SEND_FLAGS, out);
             let _ = write!(out, " num_sge={}", wr.num_sge);
             sge_bytes(wr.sg_list, wr.num_sge, out);
             out.push('}');
-            p = wr.next;
-        }
-        out.push(']');
+        };
+        // SAFETY: the caller's list of send requests (ibv_post_send(3)), read before the call.
+        unsafe { wr_list(*self.0 as *const ibv_send_wr, |w| w.next, item, out) };
     }
 }
 
@@ -211,22 +232,13 @@ impl Typed for Arg<'_, *mut ibv_recv_wr> {
     fn put(&self, _f: &str, a: &str, l: &mut Line) {
         let out = l.arg(a);
         self.0.show(out);
-        let mut p = *self.0 as *const ibv_recv_wr;
-        out.push('[');
-        for i in 0.. {
-            // SAFETY: the caller's list of receive requests (ibv_post_recv(3)), read before it.
-            let Some(wr) = (unsafe { read(p) }) else { break };
-            if i == MAX_LIST {
-                out.push_str(" …");
-                break;
-            }
-            let sep = if i > 0 { " " } else { "" };
-            let _ = write!(out, "{sep}{{wr_id={:#x} num_sge={}", wr.wr_id, wr.num_sge);
+        let item = |wr: &ibv_recv_wr, out: &mut String| {
+            let _ = write!(out, "{{wr_id={:#x} num_sge={}", wr.wr_id, wr.num_sge);
             sge_bytes(wr.sg_list, wr.num_sge, out);
             out.push('}');
-            p = wr.next;
-        }
-        out.push(']');
+        };
+        // SAFETY: the caller's list of receive requests (ibv_post_recv(3)), read before it.
+        unsafe { wr_list(*self.0 as *const ibv_recv_wr, |w| w.next, item, out) };
     }
 }
 

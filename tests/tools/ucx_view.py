@@ -65,14 +65,12 @@ def ucx_info(tool, mode, *opts, user=None):
     return set(re.findall(r"Transport: (\S+)\s*\n#\s+Device: (\S+)", r.stdout)), r
 
 
-def perftest(tool, mode, tls, test):
-    port = str(free_port())
-    env = clean_env(UCX_TLS=tls, UCX_NET_DEVICES="soft0:1", UCX_LOG_LEVEL="info")
-    base = [tool, "run", "--mode", mode, "--", "ucx_perftest", "-t", test, "-n", "2000",
-            "-s", "4096", "-p", port]
+def run_pair(tool, mode, env, args):
+    """ucx_perftest ARGS as server and client through `rdmashim run`: (client, server output,
+    server exit status)."""
+    base = [tool, "run", "--mode", mode, "--", "ucx_perftest", *args, "-p", str(free_port())]
     server = subprocess.Popen(base, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
-    client = None
     try:
         for _ in range(50):
             client = subprocess.run(base + ["127.0.0.1"], env=env, capture_output=True,
@@ -87,40 +85,30 @@ def perftest(tool, mode, tls, test):
         if server.poll() is None:
             server.kill()
             server.wait()
+    return client, out, server.returncode
+
+
+def perftest(tool, mode, tls, test):
+    env = clean_env(UCX_TLS=tls, UCX_NET_DEVICES="soft0:1", UCX_LOG_LEVEL="info")
+    client, out, server_rc = run_pair(tool, mode, env, ["-t", test, "-n", "2000", "-s", "4096"])
     text = client.stdout + client.stderr
     tl = tls.split(",")[0]
     what = f"{test} over UCX_TLS={tls} ({mode})"
-    check(client.returncode == 0 and server.returncode == 0 and "Final:" in client.stdout,
+    check(client.returncode == 0 and server_rc == 0 and "Final:" in client.stdout,
           f"{what}: both sides exit 0 with final figures")
     lanes = re.findall(r"ep_cfg\[\d+\]: (.*)", text + out)
     on_soft = any(f"{tl}/soft0:1" in l for l in lanes)
     elsewhere = any(re.search(r"(posix|sysv|cma|tcp|self)/", l) for l in lanes)
     check(on_soft and not elsewhere, f"{what}: UCX's lanes are on {tl}/soft0:1 ({lanes[:2]})")
-    if client.returncode != 0 or server.returncode != 0:
+    if client.returncode != 0 or server_rc != 0:
         print(text[-2000:])
         print(out[-2000:])
 
 
 def perftest_rc_alone(tool, mode):
     """UCX_TLS=rc_verbs with no auxiliary transport: UCX's wireup refuses, or it passes."""
-    port = str(free_port())
     env = clean_env(UCX_TLS="rc_verbs", UCX_NET_DEVICES="soft0:1")
-    base = [tool, "run", "--mode", mode, "--", "ucx_perftest", "-t", "tag_lat", "-n", "1000",
-            "-p", port]
-    server = subprocess.Popen(base, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-    try:
-        for _ in range(50):
-            client = subprocess.run(base + ["127.0.0.1"], env=env, capture_output=True,
-                                    text=True, timeout=120)
-            if server.poll() is not None or "Connection refused" not in client.stdout + client.stderr:
-                break
-            time.sleep(0.2)
-        out, _ = server.communicate(timeout=120)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+    client, out, _ = run_pair(tool, mode, env, ["-t", "tag_lat", "-n", "1000"])
     text = client.stdout + client.stderr + out
     passed = client.returncode == 0 and "Final:" in client.stdout
     aux = "no auxiliary transport" in text
