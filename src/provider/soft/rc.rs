@@ -398,7 +398,7 @@ impl SoftQp {
                 || !st.rq.is_empty()
                 || st.net.as_ref().is_some_and(|n| n.busy());
             drop(st);
-            if !expects && !crate::runtime::engine::on_progress_thread() {
+            if !expects {
                 super::net::recv::app_done(&self.udp);
             }
             return moved;

@@ -72,10 +72,10 @@ pub fn drain_for_app(sock: &Sock) -> bool {
     read_batch(sock, batch)
 }
 
-/// The application has nothing more to complete on a QP of `sock`: it no longer counts as
-/// polling it, and a parked socket goes back to the progress thread now.
+/// On an application's thread: it has nothing more to complete on a QP of `sock`, so it no
+/// longer counts as polling it, and a parked socket goes back to the progress thread now.
 pub fn app_done(sock: &Sock) {
-    if sock.app_read_at.swap(0, Ordering::Relaxed) != 0 {
+    if !on_progress_thread() && sock.app_read_at.swap(0, Ordering::Relaxed) != 0 {
         if let Ok(e) = engine() {
             e.unpark_soon();
         }
