@@ -55,6 +55,22 @@ pub trait MemoryKeys: Send + Sync {
         len: usize,
         need: u32,
     ) -> std::result::Result<Region, AccessError>;
+
+    /// What the provider made of region `key` of this PD when it was registered (see
+    /// [`Provider::share_memory`]), if anything.
+    fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {
+        let _ = key;
+        None
+    }
+}
+
+/// A provider's hold on a registered region that peers may reach without this process's CPU
+/// (the soft provider's direct path). Verbs keeps it with the MR and revokes it when the MR is
+/// deregistered: once `revoke` returns, no peer can reach the region's memory any more.
+pub trait SharedRegion: Send + Sync + std::any::Any {
+    fn revoke(&self);
+    /// For the provider to find its own type again.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// Where a QP's completions go (a CQ). `push` takes only the CQ's own locks.
@@ -173,6 +189,12 @@ pub trait Provider: Send + Sync {
     fn create_qp(&self, init: QpInit) -> Result<Arc<dyn TransportQp>>;
     /// Makes pending work move soon even if nobody polls (wakes the progress thread).
     fn progress(&self);
+    /// Called by `ibv_reg_mr` for a region with remote rights (`access`, the values of
+    /// `ibv_access_flags`): the provider may prepare it for peers to reach directly.
+    fn share_memory(&self, addr: usize, len: usize, access: u32) -> Option<Arc<dyn SharedRegion>> {
+        let _ = (addr, len, access);
+        None
+    }
 }
 
 /// The provider `RDMASHIM_PROVIDER` asks for, read once per process where the device list is

@@ -2,8 +2,9 @@
 //! RDMA objects (here they share rings, doorbells and event descriptors with the parent, so a
 //! child touching them would corrupt the parent's connections), but it may open the device
 //! again and create its own. The child inherits our state but not our progress thread; the
-//! `pthread_atfork` child handler only bumps a generation counter (async-signal-safe), and
-//! everything per process (engine, the CM's device context) is created again on first use in
+//! `pthread_atfork` child handler bumps a generation counter and runs the few hooks registered
+//! with [`at_child`] (which neither allocate nor lock; the direct path's regions go back to
+//! private memory there), and everything per process (engine, the CM's device context) is created again on first use in
 //! the new generation. Objects stamped with an older generation refuse to work.
 //!
 //! The process-wide tables a child uses again (the object registries, the QPN table) are used
@@ -19,6 +20,21 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 static CHILD_RESETS: [&AtomicBool; 1] = [&super::engine::START_LOCK];
 
 static FORK_LOCK: RwLock<()> = RwLock::new(());
+
+/// Work a child does right after fork beyond the generation bump (see [`at_child`]). Touched
+/// only under `shared()`, so the forking thread's exclusive hold means no one holds it at fork.
+static CHILD_HOOKS: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new());
+
+/// Runs `f` in every forked child, in the child handler (before any other code of the child's):
+/// for state the child must not share with its parent, such as memory mapped shared that the
+/// child would otherwise write through to the parent. Registering twice runs it once.
+pub fn at_child(f: fn()) {
+    let _g = shared();
+    let mut hooks = CHILD_HOOKS.lock().unwrap_or_else(|e| e.into_inner());
+    if !hooks.contains(&f) {
+        hooks.push(f);
+    }
+}
 
 thread_local! {
     /// The forking thread's exclusive hold on `FORK_LOCK`, from prepare to parent/child.
@@ -39,12 +55,20 @@ extern "C" fn in_parent() {
     HELD.with(|h| h.borrow_mut().take());
 }
 
-/// Runs in the child right after fork: atomics only, and the release of the lock this very
-/// thread took in `before` (no other thread exists to be woken).
+/// Runs in the child right after fork: atomics, the hooks of [`at_child`], and the release of
+/// the lock this very thread took in `before` (no other thread exists to be woken).
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Ordering::SeqCst);
     for l in CHILD_RESETS {
         l.store(false, Ordering::SeqCst);
+    }
+    // No other thread exists: the hooks list is free (see CHILD_HOOKS). Nothing here allocates
+    // (the allocator's locks may have been held by a parent thread), and a hook that panicked
+    // must not unwind into fork(3).
+    if let Ok(hooks) = CHILD_HOOKS.lock() {
+        for f in hooks.iter() {
+            let _ = std::panic::catch_unwind(f);
+        }
     }
     HELD.with(|h| h.borrow_mut().take());
 }
@@ -58,8 +82,9 @@ pub fn generation() -> u64 {
 pub fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // SAFETY: registers handlers with the C ABI; the child's only stores to atomics and
-        // releases the lock its own thread took in `before`.
+        // SAFETY: registers handlers with the C ABI; the child handler stores to atomics, runs
+        // the non-allocating hooks of at_child and releases the lock its own thread took in
+        // `before`.
         unsafe { libc::pthread_atfork(Some(before), Some(in_parent), Some(in_child)) };
     });
 }

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod fdqueue;
 pub mod fork;
 pub mod ifaddrs;
+pub mod maps;
 pub mod shm;
 pub mod socket;
 pub mod udp;

@@ -44,6 +44,11 @@ impl Shm {
     /// Maps a segment received from a peer: `EINVAL` unless it is a (shmem) memfd sealed against
     /// shrinking and holding at least `len` bytes.
     pub fn map(fd: OwnedFd, len: usize) -> Result<Shm> {
+        Shm::map_as(fd, len, true)
+    }
+
+    /// [`Shm::map`], read-only unless `writable` (a descriptor opened read-only maps only so).
+    pub fn map_as(fd: OwnedFd, len: usize, writable: bool) -> Result<Shm> {
         // SAFETY: F_GET_SEALS on a descriptor we own; fails (EINVAL) for files without seals.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
         if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
@@ -70,7 +75,7 @@ impl Shm {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ },
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,

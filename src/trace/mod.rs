@@ -85,6 +85,20 @@ fn write_all(fd: RawFd, mut b: &[u8]) {
     }
 }
 
+/// A line about what the library itself decided (`# ` in front, so it never reads as a call),
+/// e.g. which data path a memory region takes. Nothing is formatted when tracing is off.
+pub fn note(what: std::fmt::Arguments) {
+    if !on() {
+        return;
+    }
+    let mut out = format!("{} {:>7} # ", stamp(), tid());
+    let _ = out.write_fmt(what);
+    out.push('\n');
+    if let Some(fd) = sink() {
+        write_all(fd, out.as_bytes());
+    }
+}
+
 /// A line being built: the call's text, then its follow-up lines (CM events, completions).
 pub struct Line {
     text: String,

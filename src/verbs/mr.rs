@@ -8,7 +8,7 @@ use super::objects;
 use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
-use crate::provider::{MemoryKeys, Region};
+use crate::provider::{MemoryKeys, Region, SharedRegion};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -21,6 +21,8 @@ pub struct Mr {
     pub len: usize,
     pub access: u32,
     pub key: u32,
+    /// The provider's hold for peers' direct access, revoked at deregistration.
+    pub share: Option<Arc<dyn SharedRegion>>,
 }
 
 static KEYS: Lazy<RwLock<HashMap<u32, Arc<Mr>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
@@ -28,6 +30,8 @@ static KEYS: Lazy<RwLock<HashMap<u32, Arc<Mr>>>> = Lazy::new(|| RwLock::new(Hash
 pub use crate::provider::{
     AccessError, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
+/// IBV_ACCESS_ON_DEMAND: pages are not pinned, so nothing is prepared for peers.
+const ACCESS_ON_DEMAND: u32 = ibv_access_flags::IBV_ACCESS_ON_DEMAND.0;
 /// Every access flag libibverbs 44 defines (up to IBV_ACCESS_RELAXED_ORDERING).
 const ACCESS_KNOWN: u32 = (1 << 21) - 1;
 /// IBV_ACCESS_OPTIONAL_RANGE: optional flags a provider may ignore, as the kernel does.
@@ -67,6 +71,12 @@ impl Mr {
         if len > 0 && !is_mapped(addr as usize, len) {
             return Err(Errno::EFAULT); // as pinning fails in the kernel
         }
+        let remote = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+        let share = if access & remote != 0 && access & ACCESS_ON_DEMAND == 0 && len > 0 {
+            pd.ctx.provider.share_memory(addr as usize, len, access)
+        } else {
+            None
+        };
         let mut raw: CBox<ibv_mr> = CBox::zeroed();
         let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
         let key = loop {
@@ -84,7 +94,7 @@ impl Mr {
         r.lkey = key;
         r.rkey = key;
         let p = raw.as_ptr();
-        let mr = Arc::new(Mr { raw, pd, addr: addr as usize, len, access, key });
+        let mr = Arc::new(Mr { raw, pd, addr: addr as usize, len, access, key, share });
         keys.insert(key, mr.clone());
         objects().mrs.insert(p as usize, mr);
         Ok(p)
@@ -93,6 +103,10 @@ impl Mr {
     pub fn deregister(p: *mut ibv_mr) -> Result<()> {
         let mr = objects().mrs.remove(p).ok_or(Errno::EINVAL)?;
         KEYS.write().unwrap_or_else(|e| e.into_inner()).remove(&mr.key);
+        // Before returning: from now on no peer reaches the memory (ibv_dereg_mr's contract).
+        if let Some(s) = &mr.share {
+            s.revoke();
+        }
         Ok(())
     }
 }
@@ -147,5 +161,11 @@ impl MemoryKeys for Pd {
         need: u32,
     ) -> std::result::Result<Region, AccessError> {
         lookup(key, self, addr, len, need).map(|mr| mr as Region)
+    }
+
+    fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {
+        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let mr = keys.get(&key).filter(|mr| std::ptr::eq(Arc::as_ptr(&mr.pd), self))?;
+        mr.share.clone()
     }
 }

@@ -31,6 +31,7 @@ FIRST, LAST, IMM = 1, 2, 4
 SEND, WRITE, READ_REQ, READ_RESP, CMP_SWAP, FETCH_ADD, ATOMIC_RESP, NAK = range(8)
 WC_REM_ACCESS_ERR = 10
 HEAD, TAIL, CLOSED = 0, 64, 128  # counters inside one direction's control block
+CTL_STRIDE = 512  # from one direction's control block to the other's (ring.rs)
 QPS_ERR = 6
 WAIT = 5.0  # bound on every wait for the victim
 
@@ -120,7 +121,7 @@ class Link:
         os.write(self.victim_bell, struct.pack("<Q", 1))  # wake the victim's progress thread
 
     def victim_closed(self):
-        return self.u64(256 + CLOSED) != 0
+        return self.u64(CTL_STRIDE + CLOSED) != 0
 
     def settle(self):
         """Waits (bounded) until the victim consumed everything or closed its side."""
@@ -164,7 +165,7 @@ def long_read_response(link, v):
     v.say("read 16")
     assert v.line() == "posted"
     deadline = time.monotonic() + WAIT
-    while link.u64(256 + HEAD) < 1 and time.monotonic() < deadline:
+    while link.u64(CTL_STRIDE + HEAD) < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     req = HDR.unpack_from(link.mem, CTL + SLOTS * SLOT)
     if req[3] != READ_REQ:
@@ -200,7 +201,7 @@ def wrong_rkey(link, v):
     link.settle()
     nak = HDR.unpack_from(link.mem, CTL + SLOTS * SLOT)
     errors = []
-    if link.u64(256 + HEAD) < 1 or nak[3] != NAK or nak[10] != WC_REM_ACCESS_ERR:
+    if link.u64(CTL_STRIDE + HEAD) < 1 or nak[3] != NAK or nak[10] != WC_REM_ACCESS_ERR:
         errors.append(f"no REM_ACCESS_ERR NAK (header {nak})")
     link.put(b"\x5a" * 16, opcode=WRITE, msg_len=16, rkey=v.rkey ^ 0x1234, addr=v.addr)
     link.publish()

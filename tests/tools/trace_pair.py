@@ -6,7 +6,8 @@ In preload and drop-in mode, the pair of the acceptance scenario `rdma-server-cl
 RDMASHIM_TRACE pointing at one file per side, and the traces must show:
 
 1. every line well formed (`TIME TID name(args) = result [-> outs] [errno=E] <Nus>`, or a
-   follow-up `TIME TID   wc ...` / `cm_event ...` line): no two lines interleaved;
+   follow-up `TIME TID   wc ...` / `cm_event ...` line, or a `TIME TID # ...` note of the
+   library's own, such as the data path a region takes): no two lines interleaved;
 2. each side's calls in the programs' order (librdmacm/examples/rdma_server.c, rdma_client.c).
    rdma-core's <rdma/rdma_verbs.h> inlines rdma_reg_msgs, rdma_post_recv, rdma_post_send,
    rdma_get_*_comp and rdma_dereg_mr into the programs, so those appear as the verbs calls they
@@ -48,6 +49,7 @@ SKIP = 77
 STAMP = r"\d\d:\d\d:\d\d\.\d{6} +\d+ "
 CALL_RE = re.compile(r"^" + STAMP + r"(\w+)\((.*)\) = (\S+)( ->.*?)?( errno=\w+)? <[\d.]+us>$")
 FOLLOW_RE = re.compile(r"^" + STAMP + r"  (wc|cm_event|async_event) (.*)$")
+NOTE_RE = re.compile(r"^" + STAMP + r"# (.*)$")  # the library's own decisions (data paths)
 LOOP = {"ibv_poll_cq", "ibv_req_notify_cq", "ibv_get_cq_event", "ibv_ack_cq_events"}
 TWICE = {"ibv_reg_mr", "ibv_dereg_mr"}   # once more when the device has no inline data
 EXPECTED = {
@@ -167,6 +169,10 @@ def parse(text):
             key = re.search(r"(?:opcode|event)=(\w+)", m.group(2))
             items.append((m.group(1), key.group(1) if key else "?", line))
             continue
+        m = NOTE_RE.match(line)
+        if m:
+            items.append(("note", m.group(1).split(" ", 1)[0], line))
+            continue
         bad.append(line)
     return items, bad
 
@@ -175,7 +181,7 @@ def sequence(items):
     """The calls outside the completion loop and the completions, runs of TWICE collapsed."""
     seq = []
     for kind, name, _ in items:
-        if kind == "call" and name in LOOP:
+        if kind == "call" and name in LOOP or kind == "note":
             continue
         key = name if kind == "call" else f"{kind}:{name}"
         if seq and seq[-1] == key and key in TWICE:
@@ -285,6 +291,9 @@ def cm_events(build, tmp):
               f"rping {side}: the events {want[side]} in order (got {events})")
         check(any(k == "wc" and "opcode=IBV_WC_RDMA_READ" in line for k, _, line in items)
               if side == "server" else True, f"rping {side}: RDMA READ completions decoded")
+        # rping registers its buffers with remote rights: the trace says which path each takes.
+        check(any(k == "note" and re.search(r"# region 0x[0-9a-f]+\+\d+: .*(direct|copy) path", line)
+                  for k, _, line in items), f"rping {side}: the data path of its regions")
 
 
 def launcher(build, tmp):

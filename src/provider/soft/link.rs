@@ -3,8 +3,11 @@
 //! Handshake (over abstract SEQPACKET sockets named after QPNs): the QP with the smaller QPN
 //! connects to `qp/<peer qpn>` and sends `Hello` with the link segment and its doorbell attached;
 //! the peer answers `Ack` with its own doorbell. The connection then stays open: its hang-up tells
-//! each side that the other QP is gone.
+//! each side that the other QP is gone, and it carries the direct path's grants (`direct`).
 
+use super::direct::grant::{self, GrantMsg, Granted};
+use super::direct::share::SharedMem;
+use super::direct::Grants;
 use super::net::endpoint;
 use super::ring::{Ring, LINK_SIZE};
 use crate::errno::{Errno, Result};
@@ -12,6 +15,7 @@ use crate::runtime::engine::{engine, Bell};
 use crate::runtime::fork;
 use crate::runtime::shm::Shm;
 use crate::runtime::unix::{self, Pod};
+use std::mem::size_of;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
@@ -78,6 +82,7 @@ pub struct Link {
     pub inn: Ring,
     peer_bell: Mutex<Option<Bell>>,
     sock: OwnedFd,
+    grants: Mutex<Grants>,
     /// The process generation that made the link: in a forked child the rings still belong to
     /// the parent's connection, so the child's copy must leave them alone.
     generation: u64,
@@ -100,6 +105,7 @@ impl Link {
             inn,
             peer_bell: Mutex::new(None),
             sock,
+            grants: Mutex::default(),
             generation: fork::generation(),
         })
     }
@@ -131,26 +137,39 @@ impl Link {
             inn,
             peer_bell: Mutex::new(Some(peer)),
             sock,
+            grants: Mutex::default(),
             generation: fork::generation(),
         })
     }
 
-    /// Active side: reads the peer's `Ack`. `Ok(false)` means the peer hung up.
+    /// Reads what the peer sent on the control socket: the `Ack` (active side) and grants.
+    /// `Ok(false)` means the peer hung up. The progress thread calls it when the socket is
+    /// readable; a requester calls it too when the ring says a grant waits (`grant_for`).
     pub fn on_readable(&self) -> Result<bool> {
-        let mut buf = [0u8; 64];
-        let r = match unix::recv(self.sock.as_raw_fd(), &mut buf) {
-            Err(e) if e == Errno::EAGAIN => return Ok(true), // nothing yet (non-blocking)
-            r => r?,
-        };
-        match r {
-            None => Ok(false),
-            Some((n, mut fds)) => {
-                let h = Hello::from_bytes(&buf[..n]).ok_or(Errno::EINVAL)?;
-                if n != std::mem::size_of::<Hello>()
-                    || h.magic != MAGIC
-                    || h.kind != ACK
-                    || fds.len() != 2
-                {
+        let mut g = self.lock_grants();
+        self.read_messages(&mut g)
+    }
+
+    fn lock_grants(&self) -> std::sync::MutexGuard<'_, Grants> {
+        self.grants.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_messages(&self, g: &mut Grants) -> Result<bool> {
+        loop {
+            let mut buf = [0u8; 64];
+            let r = match unix::recv(self.sock.as_raw_fd(), &mut buf) {
+                Err(e) if e == Errno::EAGAIN => return Ok(true), // nothing more (non-blocking)
+                r => r?,
+            };
+            let Some((n, mut fds)) = r else {
+                g.hung_up = true;
+                return Ok(false);
+            };
+            let m = &buf[..n];
+            if let Some(h) =
+                Hello::from_bytes(m).filter(|h| n == size_of::<Hello>() && h.kind == ACK)
+            {
+                if h.magic != MAGIC || fds.len() != 2 {
                     return Err(Errno::EINVAL);
                 }
                 let efd = fds.pop().ok_or(Errno::EINVAL)?;
@@ -159,10 +178,59 @@ impl Link {
                 // published before this ring, so the peer's wake-up sees its data; one that sees
                 // the doorbell rings it itself. (The other order loses wake-ups.)
                 let mut slot = self.peer_bell.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.is_some() {
+                    return Err(Errno::EINVAL); // one Ack per link
+                }
                 let bell = slot.insert(Bell::from_fds(bshm, efd)?);
                 bell.ring();
-                Ok(true)
+                continue;
             }
+            let gm = GrantMsg::from_bytes(m).filter(|gm| {
+                n == size_of::<GrantMsg>() && gm.magic == MAGIC && gm.kind == grant::GRANT
+            });
+            let (Some(gm), 1) = (gm, fds.len()) else { return Err(Errno::EINVAL) };
+            g.taken += 1;
+            let fd = fds.pop().ok_or(Errno::EINVAL)?;
+            // A grant we cannot map leaves the region on the copy path.
+            if let Some(granted) = Granted::map(&gm, fd) {
+                crate::trace::note(format_args!(
+                    "peer region rkey={:#x} {:#x}+{} mapped: direct path",
+                    gm.rkey, gm.base, gm.len
+                ));
+                g.by_key.insert(gm.rkey, Arc::new(granted));
+            }
+        }
+    }
+
+    /// Requester: the peer's grant for `rkey`, if it gave one and it is still valid. Reads
+    /// the socket only when the ring says grants wait there.
+    pub fn grant_for(&self, rkey: u32) -> Option<Arc<Granted>> {
+        let mut g = self.lock_grants();
+        if self.out.grants_sent() != g.taken && !g.hung_up {
+            // A hang-up or a bad message is the progress thread's to handle (it reads too).
+            let _ = self.read_messages(&mut g);
+        }
+        let found = g.by_key.get(&rkey)?;
+        if found.valid() {
+            return Some(found.clone());
+        }
+        g.by_key.remove(&rkey); // revoked: unmapped once no request uses it
+        None
+    }
+
+    /// Responder: grants the peer region `rkey` (backed by `s`) with what `qp_access` allows,
+    /// once per region. The grant is counted in the ring after it is sent, before the caller
+    /// releases the request's slot.
+    pub fn offer(&self, rkey: u32, s: &SharedMem, qp_access: u32) {
+        let mut g = self.lock_grants();
+        if g.sent.get(&rkey) == Some(&s.base) {
+            return;
+        }
+        let Some((msg, fd)) = grant::offer(MAGIC, rkey, s, qp_access) else { return };
+        // Non-blocking: a peer that does not read its socket keeps the copy path.
+        if unix::send(self.sock.as_raw_fd(), msg.as_bytes(), &[fd.as_raw_fd()]).is_ok() {
+            g.sent.insert(rkey, s.base);
+            self.inn.grant_sent();
         }
     }
 

@@ -24,6 +24,7 @@
 //!   and is woken through an eventfd only when it has said, in shared memory, that it is asleep.
 
 pub mod datagram;
+pub mod direct;
 pub mod link;
 pub mod net;
 pub mod qp;
@@ -59,6 +60,30 @@ impl Provider for Soft {
     fn progress(&self) {
         if let Ok(e) = crate::runtime::engine::engine() {
             e.kick();
+        }
+    }
+
+    fn share_memory(
+        &self,
+        addr: usize,
+        len: usize,
+        access: u32,
+    ) -> Option<Arc<dyn crate::provider::SharedRegion>> {
+        if !direct::enabled() {
+            return None;
+        }
+        match direct::share::SharedMem::create(addr, len, access) {
+            Ok(s) => {
+                crate::trace::note(format_args!(
+                    "region {addr:#x}+{len}: pages {:#x}+{} on a memfd, direct path for peers",
+                    s.base, s.len
+                ));
+                Some(s)
+            }
+            Err(why) => {
+                crate::trace::note(format_args!("region {addr:#x}+{len}: copy path ({why:?})"));
+                None
+            }
         }
     }
 }

@@ -209,6 +209,7 @@ impl SoftQp {
                 }),
             );
         }
+        l.inn.set_peer_access(st.attr.qp_access_flags);
         st.link = Some(l);
         st.retry_deadline = None;
     }
@@ -333,6 +334,9 @@ impl TransportQp for SoftQp {
         let cur = st.state;
         let (to, attr) = decide(cur)?;
         st.attr = attr;
+        if let Some(l) = &st.link {
+            l.inn.set_peer_access(attr.qp_access_flags); // what the peer's direct path obeys
+        }
         match to {
             QpState::Reset => self.reset(&mut st),
             QpState::Err => self.to_error(&mut st),

@@ -141,6 +141,11 @@ impl SoftQp {
                     }
                 }
             }
+            // Nothing of ours outstanding (RC order holds): the request may execute directly.
+            if st.pushed == 0 && st.inflight.is_empty() && self.try_direct(st, &link) {
+                continue;
+            }
+            let w = st.sq.front().expect("front exists");
             // At most max_rd_atomic READ/atomic requests outstanding: later ones wait, as on
             // real hardware (the post does not fail).
             if w.awaits_response() && st.pushed == 0 {
@@ -209,6 +214,32 @@ impl SoftQp {
             st.inflight.push_back(f);
         }
         wrote
+    }
+
+    /// Executes the front request on the peer's memory itself, if the peer granted the region
+    /// and its QP allows the access (see `direct`), and completes it. `false`: the copy path.
+    /// Called only with nothing of ours outstanding, after the request's local check.
+    fn try_direct(&self, st: &mut Inner, link: &Link) -> bool {
+        let Some(w) = st.sq.front() else { return false };
+        let Some(need) = super::direct::grant::right_needed(w) else { return false };
+        if st.peer_gone || link.out.is_closed() || link.inn.is_closed() {
+            return false;
+        }
+        if link.out.peer_access().is_none_or(|a| a & need != need) {
+            return false;
+        }
+        let Some(g) = link.grant_for(w.rkey) else { return false };
+        // SAFETY: the front request's local entries were checked (local write for READ and
+        // atomics) by push_sends before this call, with nothing of it pushed yet.
+        if !unsafe { g.execute(w) } {
+            return false;
+        }
+        let w = st.sq.pop_front().expect("front exists");
+        let mut f = self.inflight(w, 0, 0);
+        f.done = true; // executed: complete at once (nothing earlier is outstanding)
+        st.inflight.push_back(f);
+        self.reap(st, 0);
+        true
     }
 
     /// The record of a request written to the ring as slots `[start_seq, end_seq)`.
@@ -429,8 +460,8 @@ impl SoftQp {
             // as unanswered packets would.
             return !st.sq.is_empty() && self.retry_expired(st);
         };
-        let now = Instant::now();
         if let Some((seq, timer)) = link.out.rnr() {
+            let now = Instant::now(); // only here: a clock read per poll costs message rate
             let rnr_retry = st.attr.rnr_retry;
             if let Some(f) =
                 st.inflight.iter_mut().find(|f| f.start_seq == seq && f.error.is_none())
@@ -503,7 +534,7 @@ pub fn message_slots(len: u32) -> u64 {
 ///
 /// # Safety
 /// `dst` is valid for `n` bytes; SGE ranges were checked against registered regions.
-unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
+pub(super) unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
     match p {
         Payload::Inline(d) => {
             let v = d.as_slice();

@@ -9,6 +9,7 @@
 //! access, length) gets a NAK and then moves this responder QP to ERR with an affiliated async
 //! event, as InfiniBand does for class C errors.
 
+use super::direct::share::SharedMem;
 use super::link::Link;
 use super::qp::{Inner, SoftQp};
 use super::rc::{message_slots, status_of, InMsg, Inflight, RespJob};
@@ -381,7 +382,18 @@ impl SoftQp {
         if len == 0 {
             return Ok(None);
         }
-        self.keys.lookup(rkey, addr, len as usize, need).map(Some).map_err(status_of)
+        let region = self.keys.lookup(rkey, addr, len as usize, need).map_err(status_of)?;
+        self.offer_direct(st, rkey);
+        Ok(Some(region))
+    }
+
+    /// The peer just passed our checks on region `rkey`: if the region is on a memfd, the peer
+    /// may reach it directly from now on (`direct`), within what our QP allows.
+    fn offer_direct(&self, st: &Inner, rkey: u32) {
+        let (Some(link), Some(shared)) = (&st.link, self.keys.shared(rkey)) else { return };
+        if let Some(s) = shared.as_any().downcast_ref::<SharedMem>() {
+            link.offer(rkey, s, st.attr.qp_access_flags);
+        }
     }
 
     pub(super) fn next_recv(&self, st: &mut Inner) -> Option<RecvWqe> {

@@ -67,7 +67,18 @@ pub struct RingCtl {
     /// Set by the consumer while a message waits for a receive (the RNR NAK): the sequence
     /// number just past its first segment, with the consumer's `min_rnr_timer` in the top byte.
     pub rnr: Counter,
+    /// Set by the consumer: its QP's remote access flags (`qp_access_flags`) with
+    /// `ACCESS_PUBLISHED`, which the direct path obeys (see `direct`).
+    pub access: Counter,
+    /// Set by the consumer: grants it has sent over the link's socket (see `direct`).
+    pub grants: Counter,
 }
+
+/// Marks the consumer's access word as written.
+const ACCESS_PUBLISHED: u64 = 1 << 32;
+/// Bytes between the two directions' control blocks.
+const CTL_STRIDE: usize = 512;
+const _: () = assert!(std::mem::size_of::<RingCtl>() <= CTL_STRIDE && 2 * CTL_STRIDE <= CTL_SIZE);
 
 /// The layout of a link's segment: two control blocks, then two slot arrays.
 pub const CTL_SIZE: usize = 4096;
@@ -95,7 +106,7 @@ impl Ring {
         // SAFETY: offsets are within LINK_SIZE per the contract.
         unsafe {
             Ring {
-                ctl: base.add(dir * 256).cast(),
+                ctl: base.add(dir * CTL_STRIDE).cast(),
                 slots: base.add(CTL_SIZE + dir * SLOTS as usize * SLOT_SIZE),
             }
         }
@@ -162,6 +173,27 @@ impl Ring {
         let v = self.ctl().rnr.value.load(Ordering::Acquire);
         let seq = (v & ((1 << 56) - 1)).checked_sub(1)?;
         (seq >= self.tail()).then_some((seq, (v >> 56) as u8))
+    }
+
+    /// Consumer: the remote rights its QP gives the producer's requests.
+    pub fn set_peer_access(&self, flags: u32) {
+        self.ctl().access.value.store(ACCESS_PUBLISHED | flags as u64, Ordering::Release);
+    }
+
+    /// Producer: the rights the consumer published, if it did.
+    pub fn peer_access(&self) -> Option<u32> {
+        let v = self.ctl().access.value.load(Ordering::Acquire);
+        (v & ACCESS_PUBLISHED != 0).then_some(v as u32)
+    }
+
+    /// Consumer: one more grant sent (after sending it, before releasing the request's slot).
+    pub fn grant_sent(&self) {
+        self.ctl().grants.value.fetch_add(1, Ordering::Release);
+    }
+
+    /// Producer: grants the consumer says it has sent.
+    pub fn grants_sent(&self) -> u64 {
+        self.ctl().grants.value.load(Ordering::Acquire)
     }
 
     pub fn close(&self) {

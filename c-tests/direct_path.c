@@ -1,0 +1,232 @@
+/*
+ * One-sided operations on the same host without the target's CPU (issue 11, the direct path):
+ *
+ * 1. A target process registers 8 pages with remote rights and then only ever blocks in
+ *    read() on a pipe: it never polls. One WRITE and one READ go through the copy path (the
+ *    target's progress thread executes them and grants the region).
+ * 2. The target is stopped (SIGSTOP, confirmed by waitpid). A WRITE, a READ and a FETCH_ADD
+ *    must still complete successfully, with the right data: nothing of the target runs, so
+ *    only the direct path can complete them (the copy path would wait for the target).
+ * 3. After SIGCONT the target checks its memory: the WRITE's bytes and the atomic's sum.
+ * 4. The target deregisters the region (ibv_dereg_mr). A WRITE from us, whose library holds
+ *    the grant, must complete with IBV_WC_REM_ACCESS_ERR, and the target's memory must be
+ *    untouched.
+ * Also: a child the target forks after registering writes all over the region; the target's
+ * memory must not change (fork gives a child a private copy, the direct path included).
+ * Every wait is bounded (alarm() turns a hang into a failure).
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rc_pair.h"
+
+#define PAGES 8
+#define LEN (PAGES * 4096)
+#define WAIT_MS 10000
+
+struct hello {
+	uint32_t qpn;
+	uint32_t rkey;
+	uint64_t addr;
+};
+
+static void xread(int fd, void *p, size_t n)
+{
+	CHECK(read(fd, p, n) == (ssize_t)n, "pipe read");
+}
+
+static void xwrite(int fd, const void *p, size_t n)
+{
+	CHECK(write(fd, p, n) == (ssize_t)n, "pipe write");
+}
+
+static void open_device(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n > 0, "no device");
+	ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open_device");
+	ibv_free_device_list(list);
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "alloc_pd");
+}
+
+static const int ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			  IBV_ACCESS_REMOTE_ATOMIC;
+
+static unsigned char expected(size_t i)
+{
+	return (unsigned char)(i * 7 + 3);
+}
+
+/* The target: answers commands on `in` with one byte ('y' or 'n') on `out`. */
+static void target(int in, int out)
+{
+	open_device();
+	unsigned char *buf = aligned_alloc(4096, LEN);
+	CHECK(buf, "alloc");
+	for (size_t i = 0; i < LEN; i++)
+		buf[i] = expected(i);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
+	CHECK(mr, "reg_mr");
+
+	pid_t kid = fork();
+	CHECK(kid >= 0, "fork");
+	if (kid == 0) {
+		memset(buf, 'X', LEN);
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(kid, &st, 0) == kid && WIFEXITED(st), "fork child");
+	for (size_t i = 0; i < LEN; i++)
+		CHECK(buf[i] == expected(i), "a forked child's writes reached its parent at byte %zu", i);
+
+	struct end e = make_end(4);
+	struct hello h = { e.qp->qp_num, mr->rkey, (uintptr_t)buf }, peer;
+	xwrite(out, &h, sizeof h);
+	xread(in, &peer, sizeof peer);
+	to_rts(e.qp, peer.qpn, ACCESS, 7, 7, 14, 1);
+	xwrite(out, "y", 1);
+
+	unsigned char snapshot[LEN];
+	for (;;) {
+		char c;
+		if (read(in, &c, 1) != 1)
+			exit(0);
+		char ok = 'y';
+		if (c == 'C') { /* the stopped phase's WRITE (page 2: 'W') and FETCH_ADD (page 4) */
+			for (size_t i = 2 * 4096; i < 3 * 4096; i++)
+				if (buf[i] != 'W')
+					ok = 'n';
+			uint64_t v, orig;
+			memcpy(&v, buf + 4 * 4096, 8);
+			unsigned char o[8];
+			for (int i = 0; i < 8; i++)
+				o[i] = expected(4 * 4096 + i);
+			memcpy(&orig, o, 8);
+			if (v != orig + 10)
+				ok = 'n';
+		} else if (c == 'D') {
+			ok = ibv_dereg_mr(mr) == 0 ? 'y' : 'n';
+			memcpy(snapshot, buf, LEN);
+		} else if (c == 'U') {
+			ok = memcmp(snapshot, buf, LEN) == 0 ? 'y' : 'n';
+		}
+		xwrite(out, &ok, 1);
+	}
+}
+
+static char ask(int to, int from, char c)
+{
+	char r = 0;
+	xwrite(to, &c, 1);
+	xread(from, &r, 1);
+	return r;
+}
+
+static void expect(struct ibv_cq *cq, enum ibv_wc_status want, const char *what)
+{
+	struct ibv_wc wc = wait_wc(cq, WAIT_MS);
+	CHECK((int)wc.status != -1, "%s: no completion within %d ms", what, WAIT_MS);
+	CHECK(wc.status == want, "%s: %s, expected %s", what, ibv_wc_status_str(wc.status),
+	      ibv_wc_status_str(want));
+}
+
+static pid_t target_pid;
+
+/* A failure (CHECK exits) must not leave the target stopped behind us. */
+static void kill_target(void)
+{
+	if (target_pid > 0)
+		kill(target_pid, SIGKILL);
+}
+
+int main(void)
+{
+	alarm(120);
+	int down[2], up[2];
+	CHECK(pipe(down) == 0 && pipe(up) == 0, "pipe");
+	pid_t t = fork();
+	CHECK(t >= 0, "fork");
+	if (t == 0) {
+		close(down[1]);
+		close(up[0]);
+		target(down[0], up[1]);
+		exit(0);
+	}
+	target_pid = t;
+	atexit(kill_target);
+	close(down[0]);
+	close(up[1]);
+	int to = down[1], from = up[0];
+
+	open_device();
+	unsigned char *mine = aligned_alloc(4096, LEN);
+	CHECK(mine, "alloc");
+	memset(mine, 0, LEN);
+	struct ibv_mr *mr = ibv_reg_mr(pd, mine, LEN, ACCESS);
+	CHECK(mr, "reg_mr");
+	struct hello peer;
+	xread(from, &peer, sizeof peer);
+	struct end e = make_end(4);
+	struct hello h = { e.qp->qp_num, 0, 0 };
+	xwrite(to, &h, sizeof h);
+	to_rts(e.qp, peer.qpn, ACCESS, 7, 7, 14, 1);
+	char r;
+	xread(from, &r, 1);
+	CHECK(r == 'y', "target not ready");
+
+	/* 1. The copy path, while the target runs: it grants the region. */
+	memset(mine, 'w', 64);
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, mine, 64, mr->lkey, peer.addr, peer.rkey, 1) == 0, "post");
+	expect(e.cq, IBV_WC_SUCCESS, "first WRITE");
+	CHECK(post(e.qp, IBV_WR_RDMA_READ, mine + 4096, 64, mr->lkey, peer.addr + 4096, peer.rkey, 2) == 0,
+	      "post");
+	expect(e.cq, IBV_WC_SUCCESS, "first READ");
+
+	/* 2. The target stopped. */
+	CHECK(kill(t, SIGSTOP) == 0, "SIGSTOP");
+	int st;
+	CHECK(waitpid(t, &st, WUNTRACED) == t && WIFSTOPPED(st), "target not stopped");
+	memset(mine + 2 * 4096, 'W', 4096);
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, mine + 2 * 4096, 4096, mr->lkey, peer.addr + 2 * 4096, peer.rkey, 3) ==
+		      0,
+	      "post");
+	expect(e.cq, IBV_WC_SUCCESS, "WRITE to a stopped target");
+	CHECK(post(e.qp, IBV_WR_RDMA_READ, mine + 3 * 4096, 4096, mr->lkey, peer.addr + 3 * 4096, peer.rkey, 4) ==
+		      0,
+	      "post");
+	expect(e.cq, IBV_WC_SUCCESS, "READ from a stopped target");
+	for (size_t i = 3 * 4096; i < 4 * 4096; i++)
+		CHECK(mine[i] == expected(i), "READ from a stopped target: byte %zu is %u", i, mine[i]);
+	CHECK(post(e.qp, IBV_WR_ATOMIC_FETCH_AND_ADD, mine + 5 * 4096, 8, mr->lkey, peer.addr + 4 * 4096,
+		   peer.rkey, 5) == 0,
+	      "post");
+	expect(e.cq, IBV_WC_SUCCESS, "FETCH_ADD on a stopped target");
+	for (size_t i = 0; i < 8; i++)
+		CHECK(mine[5 * 4096 + i] == expected(4 * 4096 + i), "FETCH_ADD's original value, byte %zu", i);
+	printf("ok WRITE, READ and FETCH_ADD completed while the target was stopped\n");
+
+	/* 3. */
+	CHECK(kill(t, SIGCONT) == 0, "SIGCONT");
+	CHECK(ask(to, from, 'C') == 'y', "the target's memory lacks the WRITE or the FETCH_ADD");
+	printf("ok the target's memory holds the WRITE and the FETCH_ADD\n");
+
+	/* 4. Deregistered: the grant we hold no longer reaches the memory. */
+	CHECK(ask(to, from, 'D') == 'y', "dereg_mr");
+	memset(mine, 'Z', 4096);
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, mine, 4096, mr->lkey, peer.addr, peer.rkey, 6) == 0, "post");
+	expect(e.cq, IBV_WC_REM_ACCESS_ERR, "WRITE after the target's ibv_dereg_mr");
+	CHECK(ask(to, from, 'U') == 'y', "the target's memory changed after ibv_dereg_mr");
+	printf("ok after ibv_dereg_mr: IBV_WC_REM_ACCESS_ERR and the memory untouched\n");
+
+	close(to);
+	CHECK(waitpid(t, &st, 0) == t && WIFEXITED(st) && WEXITSTATUS(st) == 0, "target failed");
+	target_pid = 0;
+	printf("PASS\n");
+	return 0;
+}
