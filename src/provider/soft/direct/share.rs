@@ -100,7 +100,7 @@ impl SharedMem {
         };
         // SAFETY: [base, end) is mapped private anonymous read-write memory (checked above) and
         // tmp is a fresh mapping of len bytes; they do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(base as *const u8, tmp.cast::<u8>(), len) };
+        unsafe { copy_nonzero(base as *const u8, tmp.cast::<u8>(), len) };
         // SAFETY: moves our fresh mapping onto the region's pages, replacing them atomically
         // (MREMAP_FIXED unmaps what was there); the contents were copied just before.
         let moved =
@@ -173,6 +173,25 @@ impl Drop for SharedMem {
     }
 }
 
+/// Copies `len` bytes (a multiple of the page size) to a fresh mapping, skipping pages that
+/// are all zero: a memfd's holes and fresh anonymous memory read as zero already, and a large
+/// region the program never touched then costs no memory.
+///
+/// # Safety
+/// `src` and `dst` are valid, page-aligned and do not overlap for `len` bytes; `dst` reads as
+/// zero.
+unsafe fn copy_nonzero(src: *const u8, dst: *mut u8, len: usize) {
+    let page = page_size();
+    for off in (0..len).step_by(page) {
+        // SAFETY: off + page <= len; page-aligned, so u64-aligned, inside src.
+        let words = unsafe { std::slice::from_raw_parts(src.add(off).cast::<u64>(), page / 8) };
+        if words.iter().any(|&w| w != 0) {
+            // SAFETY: per the function's contract.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), page) };
+        }
+    }
+}
+
 /// A new sealed memfd of `len` bytes and its inode.
 fn memfd(len: usize) -> Result<(OwnedFd, u64), i32> {
     let err = || crate::errno::Errno::last().0;
@@ -233,7 +252,7 @@ fn privatize(base: usize, len: usize, inode: u64) {
         if prot & libc::PROT_READ == 0 {
             libc::mprotect(base as *mut libc::c_void, len, libc::PROT_READ);
         }
-        std::ptr::copy_nonoverlapping(base as *const u8, tmp.cast::<u8>(), len);
+        copy_nonzero(base as *const u8, tmp.cast::<u8>(), len);
         libc::mprotect(tmp, len, prot);
         let moved = libc::mremap(tmp, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, base);
         if moved == libc::MAP_FAILED {
