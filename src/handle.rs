@@ -7,7 +7,7 @@
 
 use crate::errno::{Errno, Result};
 use crate::sys::*;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, RwLock};
 
 /// rdma-core's public C structs that we allocate and hand out (and a few we keep copies of).
@@ -120,13 +120,14 @@ pub fn pod_copy<T: CStruct>(v: &T) -> T {
 
 /// Live objects of one kind, keyed by the address of the C struct handed out.
 pub struct Registry<T> {
-    /// Address -> (process generation that created it, object); see `fork`.
-    map: RwLock<HashMap<usize, (u64, Arc<T>)>>,
+    /// Address -> (process generation that created it, object); see `fork`. Looked up on every
+    /// post and poll: Fx hashing (our own addresses as keys), not SipHash.
+    map: RwLock<FxHashMap<usize, (u64, Arc<T>)>>,
 }
 
 impl<T> Default for Registry<T> {
     fn default() -> Self {
-        Registry { map: RwLock::new(HashMap::new()) }
+        Registry { map: RwLock::new(FxHashMap::default()) }
     }
 }
 

@@ -11,7 +11,7 @@ use crate::handle::CBox;
 use crate::provider::{MemoryKeys, Region, SharedRegion};
 use crate::sys::*;
 use once_cell::sync::Lazy;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, RwLock};
 
 pub struct Mr {
@@ -25,7 +25,9 @@ pub struct Mr {
     pub share: Option<Arc<dyn SharedRegion>>,
 }
 
-static KEYS: Lazy<RwLock<HashMap<u32, Arc<Mr>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+/// Looked up for every SGE and rkey: Fx hashing (the keys are ours and random), not SipHash.
+static KEYS: Lazy<RwLock<FxHashMap<u32, Arc<Mr>>>> =
+    Lazy::new(|| RwLock::new(FxHashMap::default()));
 
 pub use crate::provider::{
     AccessError, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,

@@ -34,7 +34,7 @@ pub struct Grants {
     /// Grant messages we have read (compared with the count the responder publishes).
     pub taken: u64,
     /// The peer's regions we may reach, by rkey.
-    pub by_key: HashMap<u32, Arc<Granted>>,
+    pub by_key: rustc_hash::FxHashMap<u32, Arc<Granted>>,
     /// Regions we granted the peer: rkey → the region's address, so a later region that happens
     /// to get the same key is granted again.
     pub sent: HashMap<u32, usize>,
