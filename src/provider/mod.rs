@@ -155,6 +155,8 @@ pub type AdmitFn<'a> = &'a mut dyn FnMut(QpState) -> Result<u64>;
 /// What a transport QP is created with.
 pub struct QpInit {
     pub ud: bool,
+    /// Unreliable Connected (`IBV_QPT_UC`): connected like RC, without acknowledgements.
+    pub uc: bool,
     pub max_recv_wr: u32,
     pub sq_sig_all: bool,
     pub send_cq: Arc<dyn CompletionSink>,

@@ -186,6 +186,22 @@ fn rc_transition(from: u32, to: u32) -> Option<(u32, u32)> {
     })
 }
 
+/// The same for UC QPs: RC's, without what acknowledgements need (IBA 11.2.4.2; rdma-core's
+/// `qp_state_table`): no RNR timer, no READ/atomic depth, no timeout or retries.
+fn uc_transition(from: u32, to: u32) -> Option<(u32, u32)> {
+    Some(match (from, to) {
+        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => (0, 0),
+        (IBV_QPS_RESET, IBV_QPS_INIT) => (M_PKEY | M_PORT | M_ACCESS, 0),
+        (IBV_QPS_INIT, IBV_QPS_INIT) => (0, M_PKEY | M_PORT | M_ACCESS),
+        (IBV_QPS_INIT, IBV_QPS_RTR) => {
+            (M_AV | M_PATH_MTU | M_DEST_QPN | M_RQ_PSN, M_ALT_PATH | M_ACCESS | M_PKEY)
+        }
+        (IBV_QPS_RTR, IBV_QPS_RTS) => (M_SQ_PSN, M_CUR_STATE | M_ALT_PATH | M_ACCESS | M_MIG),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => (0, M_CUR_STATE | M_ACCESS | M_ALT_PATH | M_MIG),
+        _ => return None,
+    })
+}
+
 /// The same for UD QPs.
 fn ud_transition(from: u32, to: u32) -> Option<(u32, u32)> {
     Some(match (from, to) {
@@ -216,8 +232,8 @@ impl Qp {
         let recv_cq = o.cqs.get(attr.recv_cq)?;
         let srq = if attr.srq.is_null() { None } else { Some(o.srqs.get(attr.srq)?) };
         match attr.qp_type {
-            ibv_qp_type::IBV_QPT_RC | ibv_qp_type::IBV_QPT_UD => {}
-            // UC and the others are not implemented: refuse clearly.
+            ibv_qp_type::IBV_QPT_RC | ibv_qp_type::IBV_QPT_UC | ibv_qp_type::IBV_QPT_UD => {}
+            // XRC, raw packet and driver QPs are not implemented: refuse clearly.
             _ => return Err(Errno::EOPNOTSUPP),
         }
         let c = &mut attr.cap;
@@ -259,6 +275,7 @@ impl Qp {
         });
         let transport = pd.ctx.provider.create_qp(QpInit {
             ud,
+            uc: attr.qp_type == ibv_qp_type::IBV_QPT_UC,
             max_recv_wr: attr.cap.max_recv_wr,
             sq_sig_all: attr.sq_sig_all != 0,
             send_cq: send_cq.clone(),
@@ -346,8 +363,11 @@ impl Qp {
 
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
         let mut rec = lock(&self.attr);
-        let table =
-            if self.qp_type == ibv_qp_type::IBV_QPT_UD { ud_transition } else { rc_transition };
+        let table = match self.qp_type {
+            ibv_qp_type::IBV_QPT_UD => ud_transition,
+            ibv_qp_type::IBV_QPT_UC => uc_transition,
+            _ => rc_transition,
+        };
         let mut decided = None;
         let r = self.transport.modify(&mut |cur| {
             let cur = to_ibv_state(cur);

@@ -33,8 +33,9 @@ fn is_atomic(opcode: u32) -> bool {
     matches!(opcode, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
 }
 
-/// Operations whose data may be inline (copied at post time).
-fn may_inline(opcode: u32) -> bool {
+/// Operations that need no response: their data may be inline (copied at post time), and they
+/// are all a UC QP may post.
+fn one_way(opcode: u32) -> bool {
     matches!(
         opcode,
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
@@ -111,7 +112,7 @@ impl SendWr {
     pub unsafe fn set_sges(&mut self, sges: &[ibv_sge]) -> Result<()> {
         self.wqe.len = sges.iter().map(|s| s.length as u64).sum();
         self.num_sge = sges.len();
-        self.wqe.payload = if self.inline_flag && may_inline(self.wqe.opcode) {
+        self.wqe.payload = if self.inline_flag && one_way(self.wqe.opcode) {
             let bufs = sges.iter().map(|s| (s.addr as *const u8, s.length as usize));
             // SAFETY: per the function's contract.
             match unsafe { InlineData::gather(bufs) } {
@@ -136,7 +137,7 @@ impl SendWr {
     pub unsafe fn set_inline(&mut self, bufs: &[(*const u8, usize)]) -> Result<()> {
         // SAFETY: per the function's contract.
         match unsafe { InlineData::gather(bufs.iter().copied()) } {
-            Ok(v) if may_inline(self.wqe.opcode) => {
+            Ok(v) if one_way(self.wqe.opcode) => {
                 self.wqe.len = v.as_slice().len() as u64;
                 self.wqe.payload = Payload::Inline(v);
                 self.num_sge = 0;
@@ -174,6 +175,10 @@ impl SendWr {
             return Err(Errno::EINVAL);
         }
         if is_atomic(w.opcode) && (self.num_sge != 1 || w.len != 8) {
+            return Err(Errno::EINVAL);
+        }
+        // UC has no responses: no READ, no atomics (IBA 9.4; rdma-core providers say EINVAL).
+        if qp.qp_type == ibv_qp_type::IBV_QPT_UC && !one_way(w.opcode) {
             return Err(Errno::EINVAL);
         }
         if qp.qp_type == ibv_qp_type::IBV_QPT_UD {

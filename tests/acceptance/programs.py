@@ -229,6 +229,18 @@ for suffix, extra, title, port in [
                 ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
     ))
 
+for suffix, extra, title, port in [
+        ("", [], "ibv_uc_pingpong -g 0: raw UC verbs (no acknowledgements), TCP side channel", 7524),
+        ("-e", ["-e"], "ibv_uc_pingpong -e: UC with completion channel events", 7526)]:
+    add(Scenario(
+        name="uc-pingpong" + suffix, issue=13, title=title,
+        server=["ibv_uc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra,
+        client=["ibv_uc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra + ["{host}"],
+        port=port, ready="tcp",
+        expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: "),
+                ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
+    ))
+
 # perftest: small iteration counts keep the whole set fast; the result table stays in the log.
 PERFTEST_ROW = r"^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+"   # "#bytes #iterations figure figure ..."
 

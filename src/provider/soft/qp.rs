@@ -55,6 +55,8 @@ pub struct Inner {
 pub struct SoftQp {
     pub qpn: u32,
     ud: bool,
+    /// Unreliable Connected: the link without acknowledgements, RNR or NAKs.
+    pub(super) uc: bool,
     max_recv_wr: u32,
     pub(super) sq_sig_all: bool,
     pub(super) send_cq: Arc<dyn CompletionSink>,
@@ -97,6 +99,7 @@ impl SoftQp {
         let qp = Arc::new_cyclic(|me| SoftQp {
             qpn,
             ud,
+            uc: init.uc,
             max_recv_wr: init.max_recv_wr,
             sq_sig_all: init.sq_sig_all,
             send_cq: init.send_cq,
@@ -333,6 +336,9 @@ impl TransportQp for SoftQp {
         let mut st = lock(&self.st);
         let cur = st.state;
         let (to, attr) = decide(cur)?;
+        if self.uc && to == QpState::Rtr && super::rc_net::peer_is_remote(&attr) {
+            return Err(Errno::EOPNOTSUPP); // UC on the UDP path is not built (issue 13)
+        }
         st.attr = attr;
         if let Some(l) = &st.link {
             l.inn.set_peer_access(attr.qp_access_flags); // what the peer's direct path obeys

@@ -85,12 +85,16 @@ pub enum InMsg {
         mr: Option<Region>,
         open: Open,
     },
+    /// UC: a message the responder drops (no receive, or refused), segment by segment.
+    Discard {
+        open: Open,
+    },
 }
 
 impl InMsg {
     pub fn open(&self) -> Open {
         match self {
-            InMsg::Recv { open, .. } | InMsg::Write { open, .. } => *open,
+            InMsg::Recv { open, .. } | InMsg::Write { open, .. } | InMsg::Discard { open } => *open,
         }
     }
 }
@@ -210,7 +214,8 @@ impl SoftQp {
             let w = st.sq.pop_front().expect("front exists");
             st.pushed = 0;
             let end = ring.head();
-            let f = self.inflight(w, end.wrapping_sub(message_slots(data_len as u32)), end);
+            let mut f = self.inflight(w, end.wrapping_sub(message_slots(data_len as u32)), end);
+            f.done = self.uc; // UC: complete once sent, acknowledged by nobody
             st.inflight.push_back(f);
         }
         wrote
@@ -220,6 +225,11 @@ impl SoftQp {
     /// and its QP allows the access (see `direct`), and completes it. `false`: the copy path.
     /// Called only with nothing of ours outstanding, after the request's local check.
     fn try_direct(&self, st: &mut Inner, link: &Link) -> bool {
+        // UC requests complete when sent: a direct WRITE could overtake earlier SENDs still
+        // in the ring.
+        if self.uc {
+            return false;
+        }
         let Some(w) = st.sq.front() else { return false };
         let Some(need) = super::direct::grant::right_needed(w) else { return false };
         if st.peer_gone || link.out.is_closed() || link.inn.is_closed() {
@@ -375,7 +385,7 @@ impl SoftQp {
                 self.error_completion(st, wr_id, seq, status, op);
                 return true;
             }
-            let complete = if f.awaits_response { f.done } else { f.end_seq <= tail };
+            let complete = f.done || (!f.awaits_response && f.end_seq <= tail);
             if !complete {
                 break;
             }
@@ -455,6 +465,11 @@ impl SoftQp {
         if st.state != QpState::Rts {
             return false;
         }
+        if self.uc {
+            // No retries on UC: what a gone peer cannot take is sent into the void.
+            let gone = st.peer_gone || st.link.as_ref().is_some_and(|l| l.inn.is_closed());
+            return gone && self.drop_unsent(st);
+        }
         let Some(link) = st.link.clone() else {
             // Not connected (the peer QP is gone, or never reached RTR): queued requests time out
             // as unanswered packets would.
@@ -491,6 +506,20 @@ impl SoftQp {
             }
         }
         false
+    }
+
+    /// UC towards a peer that is gone: the requests not yet written complete as sent.
+    fn drop_unsent(&self, st: &mut Inner) -> bool {
+        if st.sq.is_empty() {
+            return false;
+        }
+        st.pushed = 0;
+        while let Some(w) = st.sq.pop_front() {
+            let mut f = self.inflight(w, 0, 0);
+            f.done = true;
+            st.inflight.push_back(f);
+        }
+        self.reap(st, 0)
     }
 
     /// The peer stopped answering: fails the oldest request once the transport retries are

@@ -59,13 +59,10 @@ impl SoftQp {
     /// QP talks RoCEv2 over UDP (returns `true`); otherwise the shared-memory link is used.
     pub(super) fn connect_net(&self, st: &mut Inner) -> bool {
         let a = st.attr;
-        if !a.has_grh || a.dgid == [0; 16] || a.sgid == [0; 16] {
+        if !peer_is_remote(&a) {
             return false;
         }
         let dst = route::ip_of_gid(&a.dgid);
-        if route::is_local(dst) {
-            return false;
-        }
         let src = route::ip_of_gid(&a.sgid);
         let route_mtu = route::path_mtu(dst).unwrap_or(1024);
         let mtu = if a.path_mtu == 0 { route_mtu } else { a.path_mtu.min(route_mtu) };
@@ -170,4 +167,12 @@ impl SoftQp {
         }
         o.moved
     }
+}
+
+/// Whether the address vector leads to another network namespace or host (the UDP path).
+pub(super) fn peer_is_remote(a: &QpAttrs) -> bool {
+    a.has_grh
+        && a.dgid != [0; 16]
+        && a.sgid != [0; 16]
+        && !route::is_local(route::ip_of_gid(&a.dgid))
 }

@@ -103,6 +103,9 @@ impl SoftQp {
         step: Step,
     ) -> Flow {
         match step {
+            Step::Data { .. } if matches!(st.cur_in, Some(InMsg::Discard { .. })) => {
+                discard(st, step)
+            }
             Step::Data { opcode: OP_SEND, .. } => self.send_segment(st, link, seq, h, data, step),
             Step::Data { .. } => self.write_segment(st, link, seq, h, data, step),
             Step::Single { opcode } => self.single(st, link, seq, h, opcode),
@@ -140,6 +143,9 @@ impl SoftQp {
     ) -> Flow {
         let Step::Data { opcode, len, off, n, first, last, imm } = step else { return Flow::Stop };
         if first {
+            if !self.has_recv(st) && self.uc {
+                return discard(st, step); // UC has no RNR: the message is dropped
+            }
             if !self.has_recv(st) {
                 if let Some(srq) = &self.srq {
                     srq.set_starved();
@@ -157,6 +163,19 @@ impl SoftQp {
             } else {
                 IBV_WC_SUCCESS
             };
+            if status != IBV_WC_SUCCESS && self.uc {
+                // UC drops what does not fit, as rxe does: the receive stays posted, or, taken
+                // from an SRQ, completes with the error.
+                match &self.srq {
+                    None => st.rq.push_front(wqe),
+                    Some(_) => {
+                        let wc =
+                            self.recv_wc(st, &wqe, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, len, h);
+                        self.recv_cq.push(wc);
+                    }
+                }
+                return discard(st, step);
+            }
             let open = Open { opcode, len, got: 0, imm };
             st.cur_in = Some(InMsg::Recv { wqe, status, open });
         }
@@ -200,7 +219,7 @@ impl SoftQp {
         step: Step,
     ) -> Flow {
         let Step::Data { opcode, len, off, n, first, last, imm } = step else { return Flow::Stop };
-        if last && imm && !self.has_recv(st) {
+        if last && imm && !self.has_recv(st) && !self.uc {
             link.inn.set_rnr(seq, st.attr.min_rnr_timer); // WRITE with immediate needs a receive
             return Flow::Stop;
         }
@@ -211,6 +230,7 @@ impl SoftQp {
                     st.cur_in =
                         Some(InMsg::Write { base, mr, open: Open { opcode, len, got: 0, imm } })
                 }
+                Err(_) if self.uc => return discard(st, step), // UC: dropped, no NAK
                 Err(status) => {
                     self.nak(st, link, seq.wrapping_add(message_slots(len)), status);
                     return Flow::Stop;
@@ -228,7 +248,10 @@ impl SoftQp {
         if last {
             st.cur_in = None;
             if imm {
-                let Some(wqe) = self.next_recv(st) else { return Flow::Stop };
+                // UC without a receive: the immediate is dropped (the data has landed).
+                let Some(wqe) = self.next_recv(st) else {
+                    return if self.uc { Flow::Next } else { Flow::Stop };
+                };
                 let mut wc =
                     self.recv_wc(st, &wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, h);
                 wc.imm = h.imm;
@@ -390,6 +413,9 @@ impl SoftQp {
     /// The peer just passed our checks on region `rkey`: if the region is on a memfd, the peer
     /// may reach it directly from now on (`direct`), within what our QP allows.
     fn offer_direct(&self, st: &Inner, rkey: u32) {
+        if self.uc {
+            return; // UC takes no direct path (see try_direct)
+        }
         let (Some(link), Some(shared)) = (&st.link, self.keys.shared(rkey)) else { return };
         if let Some(s) = shared.as_any().downcast_ref::<SharedMem>() {
             link.offer(rkey, s, st.attr.qp_access_flags);
@@ -435,4 +461,11 @@ unsafe fn copy_last_byte_last(src: *const u8, dst: *mut u8, n: usize) {
         fence(Ordering::Release);
         dst.add(n - 1).write_volatile(*src.add(n - 1));
     }
+}
+
+/// UC: drops one data segment of a message (the first one opens the discard), consuming it.
+fn discard(st: &mut Inner, step: Step) -> Flow {
+    let Step::Data { opcode, len, off, n, last, imm, .. } = step else { return Flow::Stop };
+    st.cur_in = (!last).then_some(InMsg::Discard { open: Open { opcode, len, got: off + n, imm } });
+    Flow::Next
 }
