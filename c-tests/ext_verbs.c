@@ -344,6 +344,15 @@ static void ud_section(struct ibv_context *ctx, struct ibv_pd *pd, const union i
 	aa.grh.sgid_index = 0;
 	aa.grh.hop_limit = 1;
 	aa.port_num = 1;
+	/* A RoCE port routes by GID only: no GRH, or another port, is refused as on hardware. */
+	aa.is_global = 0;
+	errno = 0;
+	CHECK(ibv_create_ah(pd, &aa) == NULL && errno == EINVAL, "ibv_create_ah without a GRH");
+	aa.is_global = 1;
+	aa.port_num = 2;
+	errno = 0;
+	CHECK(ibv_create_ah(pd, &aa) == NULL && errno == EINVAL, "ibv_create_ah on port 2");
+	aa.port_num = 1;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	CHECK(ah != NULL, "ibv_create_ah");
 	for (int i = 0; i < 2; i++) {

@@ -2,7 +2,7 @@
 
 use super::objects;
 use super::pd::Pd;
-use crate::errno::Result;
+use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::sys::*;
 use std::sync::Arc;
@@ -14,7 +14,12 @@ pub struct Ah {
 }
 
 impl Ah {
+    /// `EINVAL` without a GRH (the port is RoCE: hardware and rxe refuse such an AH, as there
+    /// is no LID to route by) or on a port other than 1.
     pub fn create(pd: Arc<Pd>, attr: &ibv_ah_attr) -> Result<*mut ibv_ah> {
+        if attr.is_global == 0 || attr.port_num != 1 {
+            return Err(Errno::EINVAL);
+        }
         let mut raw: CBox<ibv_ah> = CBox::zeroed();
         let handle = raw.addr() as u32;
         let r = raw.init();
