@@ -12,6 +12,9 @@
 //! counter and wakes the waiters; each rechecks the queue, so an item taken by another thread
 //! first only costs a second look. Removing items (a destroyed id's events) never leaves the
 //! public fd readable with nothing to fetch.
+//!
+//! A waiter may sleep on a shared word instead ([`SharedSleep`], the doorbell of
+//! `engine::Direct`): peers' rings wake it there, and a push wakes it there too.
 
 use crate::errno::{check, Errno, Result};
 use std::collections::VecDeque;
