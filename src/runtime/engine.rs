@@ -38,8 +38,14 @@ pub struct BellWord {
 
 /// `waiting`: the progress thread sleeps in `epoll_wait`: wake it with a datagram.
 const SLEEP_EPOLL: u32 = 1;
-/// `waiting`: a thread sleeps in `FUTEX_WAIT` on `seq` and runs the rings when woken.
+/// `waiting`: a [`Direct`] waiter is inside its wait and runs the rings before it sleeps or
+/// leaves, so a ring needs to wake nobody else: it sets `DIRECT_RUNG`, and wakes the waiter if
+/// `DIRECT_ASLEEP` says it sleeps.
 const SLEEP_DIRECT: u32 = 2;
+/// `waiting`: the [`Direct`] waiter sleeps (or is about to) in `FUTEX_WAIT` on `seq`.
+const DIRECT_ASLEEP: u32 = 4;
+/// `waiting`: a ring came since the [`Direct`] waiter's last run.
+const DIRECT_RUNG: u32 = 8;
 
 /// Something the engine drives; `progress` returns whether it did any work.
 pub trait Pollable: Send + Sync {
@@ -119,22 +125,29 @@ impl Bell {
         Ok([self.shm.fd()?.as_raw_fd(), self.tx.as_raw_fd()])
     }
 
-    /// Wakes the owner if, and only if, a thread of it sleeps: the direct waiter if there is
-    /// one (it runs the rings for the whole process), else the progress thread. Exactly one
-    /// ring takes each advertisement, so each sleep costs one wake-up.
+    /// Wakes the owner if, and only if, a thread of it sleeps: while a direct waiter is in its
+    /// wait, only it (it runs the rings for the whole process, and is woken if it sleeps), else
+    /// the progress thread. Exactly one ring takes each sleep's advertisement, so each sleep
+    /// costs one wake-up.
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
         let w = self.word();
-        let mut took = 0;
+        let mut wake = 0;
         // A busy owner advertises nothing: one load, no store, no system call.
         let _ = w.waiting.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
-            took = if v & SLEEP_DIRECT != 0 { SLEEP_DIRECT } else { v & SLEEP_EPOLL };
-            (took != 0).then_some(v & !took)
+            let new = if v & SLEEP_DIRECT != 0 {
+                wake = v & DIRECT_ASLEEP;
+                (v | DIRECT_RUNG) & !DIRECT_ASLEEP
+            } else {
+                wake = v & SLEEP_EPOLL;
+                v & !SLEEP_EPOLL
+            };
+            (new != v).then_some(new)
         });
-        if took == SLEEP_DIRECT {
+        if wake == DIRECT_ASLEEP {
             w.seq.fetch_add(1, Ordering::SeqCst);
             super::fdqueue::futex_shared(&w.seq, libc::FUTEX_WAKE, 1);
-        } else if took == SLEEP_EPOLL {
+        } else if wake == SLEEP_EPOLL {
             self.force_ring();
         }
     }
@@ -200,7 +213,7 @@ pub struct Engine {
 /// wakes one thread): taken by a thread about to wait for a completion event.
 pub struct Direct {
     e: &'static Engine,
-    /// `SLEEP_DIRECT` was advertised by `prepare` since the last look.
+    /// `SLEEP_DIRECT` was advertised by `prepare`.
     advertised: Cell<bool>,
 }
 
@@ -213,10 +226,14 @@ impl super::fdqueue::SharedSleep for Direct {
         self.e.event_waits.fetch_add(1, Ordering::Relaxed);
         let w = self.e.bell.word();
         let seen = w.seq.load(Ordering::SeqCst);
-        w.waiting.fetch_or(SLEEP_DIRECT, Ordering::SeqCst);
+        // The rings that came so far are seen by the run below: forget them.
+        let _ = w.waiting.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+            Some((v | SLEEP_DIRECT | DIRECT_ASLEEP) & !DIRECT_RUNG)
+        });
         self.advertised.set(true);
         // Pairs with the fence in `ring`: a peer that published before the advertisement is
-        // seen by the run below, one that publishes after it finds the bit.
+        // seen by the run below, one that publishes after it finds the bits (and bumps `seq`
+        // if it wakes us, so the wait that follows returns at once).
         fence(Ordering::SeqCst);
         self.e.poll_as_progress();
         seen
@@ -226,10 +243,11 @@ impl super::fdqueue::SharedSleep for Direct {
 impl Drop for Direct {
     fn drop(&mut self) {
         if self.advertised.get() {
-            let was = self.e.bell.word().waiting.fetch_and(!SLEEP_DIRECT, Ordering::SeqCst);
-            if was & SLEEP_DIRECT == 0 {
-                // A ring took the bit after our last run and woke nobody: what it announced is
-                // ours to run (the progress thread was not woken for it).
+            let bits = SLEEP_DIRECT | DIRECT_ASLEEP | DIRECT_RUNG;
+            let was = self.e.bell.word().waiting.fetch_and(!bits, Ordering::SeqCst);
+            if was & DIRECT_RUNG != 0 {
+                // A ring came after our last run and woke nobody else: what it announced is
+                // ours to run. Later rings find the bits gone and wake the progress thread.
                 self.e.poll_as_progress();
             }
         }
@@ -608,8 +626,9 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
 
-    /// A ring takes the direct waiter's advertisement first and leaves the progress thread's
-    /// for the next ring; each advertisement is taken once, and a busy owner gets nothing.
+    /// While a direct waiter is in its wait, rings go to it alone: the first wakes it, later
+    /// ones are only noted for it; once it left they wake the progress thread, once; a busy
+    /// owner gets nothing.
     #[test]
     fn a_ring_wakes_the_direct_waiter_before_the_progress_thread() {
         let b = Bell::create().expect("bell");
@@ -620,12 +639,18 @@ mod tests {
             // SAFETY: receiving into a valid buffer of its length, without waiting.
             unsafe { libc::recv(rx, buf.as_mut_ptr().cast(), 4, libc::MSG_DONTWAIT) > 0 }
         };
-        w.waiting.store(SLEEP_DIRECT | SLEEP_EPOLL, Ordering::SeqCst);
+        let direct = SLEEP_DIRECT | SLEEP_EPOLL;
+        w.waiting.store(direct | DIRECT_ASLEEP, Ordering::SeqCst);
         let seq = w.seq.load(Ordering::SeqCst);
         b.ring();
-        assert_eq!(w.waiting.load(Ordering::SeqCst), SLEEP_EPOLL);
+        assert_eq!(w.waiting.load(Ordering::SeqCst), direct | DIRECT_RUNG);
         assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1), "the futex word moved");
         assert!(!pending(), "no datagram for the direct waiter");
+        b.ring();
+        assert_eq!(w.waiting.load(Ordering::SeqCst), direct | DIRECT_RUNG, "noted once");
+        assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1), "awake: not woken again");
+        assert!(!pending(), "the direct waiter runs it: no datagram");
+        w.waiting.store(SLEEP_EPOLL, Ordering::SeqCst); // the waiter left
         b.ring();
         assert_eq!(w.waiting.load(Ordering::SeqCst), 0);
         assert!(pending(), "a datagram for the progress thread");
@@ -678,7 +703,8 @@ mod tests {
         t.join().expect("ringer");
         drop(d);
         assert_eq!(got, Ok(7));
-        assert_eq!(e.bell().word().waiting.load(Ordering::SeqCst) & SLEEP_DIRECT, 0);
+        let bits = SLEEP_DIRECT | DIRECT_ASLEEP | DIRECT_RUNG;
+        assert_eq!(e.bell().word().waiting.load(Ordering::SeqCst) & bits, 0);
         assert!(e.direct().is_some(), "the slot is free again");
     }
 

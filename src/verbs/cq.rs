@@ -122,6 +122,9 @@ pub struct CqState {
     armed: u8,
     pub events_read: u32,
     events_acked: u32,
+    /// `ibv_destroy_cq` waits on `acked` (a notify costs a system call even with no waiter,
+    /// and every event is acknowledged).
+    destroying: bool,
 }
 
 /// The C struct of a CQ. Every CQ is allocated as a `cq_ex::CqAlloc`: an `ibv_cq_ex` (whose
@@ -260,6 +263,7 @@ impl Cq {
             ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
             st.armed = 0;
         }
+        st.destroying = true;
         while st.events_acked < st.events_read {
             st = cq.acked.wait(st).unwrap_or_else(|e| e.into_inner());
         }
@@ -406,7 +410,9 @@ impl Cq {
     pub fn ack_events(&self, n: u32) {
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.events_acked = st.events_acked.wrapping_add(n).min(st.events_read);
-        self.acked.notify_all();
+        if st.destroying {
+            self.acked.notify_all();
+        }
     }
 }
 
