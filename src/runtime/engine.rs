@@ -1,10 +1,18 @@
 //! The per-process progress engine: one thread asleep in `epoll_wait` that runs the work the
 //! application is not polling for (incoming messages, acknowledgements, CM sockets).
 //!
-//! The doorbell rule: a peer sends to our wake-up socket only when our shared `waiting` word says we are
-//! asleep, so a busy application pays no system call per message. While the application keeps
+//! The doorbell rule: a peer wakes us only when our shared `waiting` word says a thread of ours
+//! sleeps, so a busy application pays no system call per message. While the application keeps
 //! polling CQs (the poll epoch moves) and no CQ is armed for an event, the thread naps 1 ms at a
 //! time without advertising sleep; otherwise it advertises sleep and blocks until woken.
+//!
+//! **One wake-up per event.** A thread blocked in `ibv_get_cq_event` (and so
+//! `rdma_get_*_comp`) is itself the thread a peer's ring wakes ([`Direct`]): it advertises
+//! `SLEEP_DIRECT` and sleeps in `FUTEX_WAIT` on the shared `seq` word; a ring that finds the bit
+//! takes it, bumps `seq` and `FUTEX_WAKE`s it, and the woken thread runs the rings and finds its
+//! event, with no trip through the progress thread. Otherwise the ring takes `SLEEP_EPOLL` and
+//! sends the datagram that wakes the progress thread. A futex wake-up between processes costs
+//! a few microseconds; the datagram and `epoll_wait` path several times that.
 
 use super::shm::Shm;
 use crate::errno::{check, Result};
@@ -17,11 +25,27 @@ use std::sync::atomic::{
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// A process's doorbell word in shared memory: non-zero while its progress thread sleeps.
+/// A process's doorbell words in shared memory (peers write them too, so any value may be
+/// found; a wrong one only costs its writer's own wake-ups, as a peer that never rings would).
 #[repr(C)]
 pub struct BellWord {
+    /// `SLEEP_EPOLL` while the progress thread sleeps, `SLEEP_DIRECT` while a [`Direct`] waiter
+    /// does (or is about to).
     pub waiting: AtomicU32,
+    /// The futex word a [`Direct`] waiter sleeps on; a ring that wakes it bumps it first.
+    pub seq: AtomicU32,
 }
+
+/// `waiting`: the progress thread sleeps in `epoll_wait`: wake it with a datagram.
+const SLEEP_EPOLL: u32 = 1;
+/// `waiting`: a [`Direct`] waiter is inside its wait and runs the rings before it sleeps or
+/// leaves, so a ring needs to wake nobody else: it sets `DIRECT_RUNG`, and wakes the waiter if
+/// `DIRECT_ASLEEP` says it sleeps.
+const SLEEP_DIRECT: u32 = 2;
+/// `waiting`: the [`Direct`] waiter sleeps (or is about to) in `FUTEX_WAIT` on `seq`.
+const DIRECT_ASLEEP: u32 = 4;
+/// `waiting`: a ring came since the [`Direct`] waiter's last run.
+const DIRECT_RUNG: u32 = 8;
 
 /// Something the engine drives; `progress` returns whether it did any work.
 pub trait Pollable: Send + Sync {
@@ -101,10 +125,29 @@ impl Bell {
         Ok([self.shm.fd()?.as_raw_fd(), self.tx.as_raw_fd()])
     }
 
-    /// Wakes the owner if, and only if, it sleeps.
+    /// Wakes the owner if, and only if, a thread of it sleeps: while a direct waiter is in its
+    /// wait, only it (it runs the rings for the whole process, and is woken if it sleeps), else
+    /// the progress thread. Exactly one ring takes each sleep's advertisement, so each sleep
+    /// costs one wake-up.
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
-        if self.word().waiting.swap(0, Ordering::AcqRel) != 0 {
+        let w = self.word();
+        let mut wake = 0;
+        // A busy owner advertises nothing: one load, no store, no system call.
+        let _ = w.waiting.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+            let new = if v & SLEEP_DIRECT != 0 {
+                wake = v & DIRECT_ASLEEP;
+                (v | DIRECT_RUNG) & !DIRECT_ASLEEP
+            } else {
+                wake = v & SLEEP_EPOLL;
+                v & !SLEEP_EPOLL
+            };
+            (new != v).then_some(new)
+        });
+        if wake == DIRECT_ASLEEP {
+            w.seq.fetch_add(1, Ordering::SeqCst);
+            super::fdqueue::futex_shared(&w.seq, libc::FUTEX_WAKE, 1);
+        } else if wake == SLEEP_EPOLL {
             self.force_ring();
         }
     }
@@ -156,6 +199,60 @@ pub struct Engine {
     /// Parkable descriptors whose watch is disarmed until their handler takes them up.
     parked: Mutex<Vec<RawFd>>,
     pollables: Mutex<Vec<Weak<dyn Pollable>>>,
+    /// A thread holds the direct-wait slot ([`Engine::direct`]).
+    direct_busy: AtomicBool,
+    /// The progress thread naps without advertising sleep (an application polls).
+    napping: AtomicBool,
+    /// Bumped by every blocking wait for a completion event: an application that waits for
+    /// events is not busy-polling, even if it polls its CQ between events, so the thread does
+    /// not nap (a nap would only be ended by a kick when the CQ is armed again).
+    event_waits: AtomicU64,
+}
+
+/// The right to be the thread a peer's doorbell wakes (one per process at a time, so a ring
+/// wakes one thread): taken by a thread about to wait for a completion event.
+pub struct Direct {
+    e: &'static Engine,
+    /// `SLEEP_DIRECT` was advertised by `prepare`.
+    advertised: Cell<bool>,
+}
+
+impl super::fdqueue::SharedSleep for Direct {
+    fn word(&self) -> &'static AtomicU32 {
+        &self.e.bell.word().seq
+    }
+
+    fn prepare(&self) -> u32 {
+        self.e.event_waits.fetch_add(1, Ordering::Relaxed);
+        let w = self.e.bell.word();
+        let seen = w.seq.load(Ordering::SeqCst);
+        // The rings that came so far are seen by the run below: forget them.
+        let _ = w.waiting.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+            Some((v | SLEEP_DIRECT | DIRECT_ASLEEP) & !DIRECT_RUNG)
+        });
+        self.advertised.set(true);
+        // Pairs with the fence in `ring`: a peer that published before the advertisement is
+        // seen by the run below, one that publishes after it finds the bits (and bumps `seq`
+        // if it wakes us, so the wait that follows returns at once).
+        fence(Ordering::SeqCst);
+        self.e.poll_as_progress();
+        seen
+    }
+}
+
+impl Drop for Direct {
+    fn drop(&mut self) {
+        if self.advertised.get() {
+            let bits = SLEEP_DIRECT | DIRECT_ASLEEP | DIRECT_RUNG;
+            let was = self.e.bell.word().waiting.fetch_and(!bits, Ordering::SeqCst);
+            if was & DIRECT_RUNG != 0 {
+                // A ring came after our last run and woke nobody else: what it announced is
+                // ours to run. Later rings find the bits gone and wake the progress thread.
+                self.e.poll_as_progress();
+            }
+        }
+        self.e.direct_busy.store(false, Ordering::Release);
+    }
 }
 
 /// The engine of one process generation (see `fork`): a forked child gets its own.
@@ -172,9 +269,15 @@ thread_local! {
     static ON_PROGRESS_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// `true` on the progress thread, which must never wait for a peer.
+/// `true` on the progress thread, which must never wait for a peer, and on a [`Direct`]
+/// waiter while it does the progress thread's work.
 pub fn on_progress_thread() -> bool {
     ON_PROGRESS_THREAD.with(|c| c.get())
+}
+
+/// This process's engine if it has started (none: there are no rings to wait on).
+pub fn running() -> Option<&'static Arc<Engine>> {
+    current()
 }
 
 fn current() -> Option<&'static Arc<Engine>> {
@@ -232,6 +335,9 @@ impl Engine {
             parkable: Mutex::new(HashMap::new()),
             parked: Mutex::new(Vec::new()),
             pollables: Mutex::new(Vec::new()),
+            direct_busy: AtomicBool::new(false),
+            napping: AtomicBool::new(false),
+            event_waits: AtomicU64::new(0),
         });
         let e2 = e.clone();
         std::thread::Builder::new()
@@ -289,6 +395,34 @@ impl Engine {
         if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             self.kick();
         }
+    }
+
+    /// A CQ was armed: a thread may now wait for its event in `poll()` on the channel fd,
+    /// which only the progress thread can raise, so a nap (taken while the application polled,
+    /// advertising no sleep) ends now rather than up to a millisecond later, as does parking.
+    pub fn cq_armed(&self) {
+        if self.napping.load(Ordering::SeqCst) {
+            self.kick();
+        } else {
+            self.unpark_soon();
+        }
+    }
+
+    /// The direct-wait slot, if no other thread holds it.
+    pub fn direct(&'static self) -> Option<Direct> {
+        self.direct_busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Direct { e: self, advertised: Cell::new(false) })
+    }
+
+    /// Runs every pollable on this thread in the progress thread's role (it must not wait for
+    /// a peer), as the progress thread does when its doorbell rings.
+    fn poll_as_progress(&self) -> bool {
+        let was = ON_PROGRESS_THREAD.with(|c| c.replace(true));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.poll_all()));
+        ON_PROGRESS_THREAD.with(|c| c.set(was));
+        r.unwrap_or(true)
     }
 
     /// Arms a parkable descriptor's one-shot watch again.
@@ -402,22 +536,36 @@ impl Engine {
     fn run(&self) {
         ON_PROGRESS_THREAD.with(|c| c.set(true));
         let mut last_epoch = u64::MAX;
+        let mut last_waits = u64::MAX;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
             let work = self.poll_all();
             let parked = self.check_parked();
             let epoch = POLL_EPOCH.load(Ordering::Relaxed);
-            let app_polling = epoch != last_epoch && ARMED_CQS.load(Ordering::Relaxed) == 0;
+            let waits = self.event_waits.load(Ordering::Relaxed);
+            let app_polling = epoch != last_epoch
+                && waits == last_waits
+                && ARMED_CQS.load(Ordering::Relaxed) == 0;
             last_epoch = epoch;
+            last_waits = waits;
+            let waiting = &self.bell.word().waiting;
             let timeout = if work {
                 0
             } else if app_polling {
-                APP_POLLING_CHECK_MS
+                self.napping.store(true, Ordering::SeqCst);
+                // Pairs with `cq_armed`: an arm after this is seen by the check, one before it
+                // sees the flag and kicks.
+                if ARMED_CQS.load(Ordering::SeqCst) == 0 {
+                    APP_POLLING_CHECK_MS
+                } else {
+                    0
+                }
             } else {
-                self.bell.word().waiting.store(1, Ordering::SeqCst);
+                // Only our bit: a direct waiter's may be set beside it.
+                waiting.fetch_or(SLEEP_EPOLL, Ordering::SeqCst);
                 fence(Ordering::SeqCst);
                 if self.poll_all() {
-                    self.bell.word().waiting.store(0, Ordering::SeqCst);
+                    waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
                     0
                 } else {
                     -1
@@ -437,7 +585,8 @@ impl Engine {
             let n = unsafe {
                 libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 64, timeout)
             };
-            self.bell.word().waiting.store(0, Ordering::SeqCst);
+            self.napping.store(false, Ordering::SeqCst);
+            waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
             self.fire_timers();
             for ev in events.iter().take(n.max(0) as usize) {
                 let token = ev.u64;
@@ -476,6 +625,88 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
+
+    /// While a direct waiter is in its wait, rings go to it alone: the first wakes it, later
+    /// ones are only noted for it; once it left they wake the progress thread, once; a busy
+    /// owner gets nothing.
+    #[test]
+    fn a_ring_wakes_the_direct_waiter_before_the_progress_thread() {
+        let b = Bell::create().expect("bell");
+        let w = b.word();
+        let pending = || {
+            let mut buf = [0u8; 4];
+            let rx = b.rx.as_ref().expect("ours").as_raw_fd();
+            // SAFETY: receiving into a valid buffer of its length, without waiting.
+            unsafe { libc::recv(rx, buf.as_mut_ptr().cast(), 4, libc::MSG_DONTWAIT) > 0 }
+        };
+        let direct = SLEEP_DIRECT | SLEEP_EPOLL;
+        w.waiting.store(direct | DIRECT_ASLEEP, Ordering::SeqCst);
+        let seq = w.seq.load(Ordering::SeqCst);
+        b.ring();
+        assert_eq!(w.waiting.load(Ordering::SeqCst), direct | DIRECT_RUNG);
+        assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1), "the futex word moved");
+        assert!(!pending(), "no datagram for the direct waiter");
+        b.ring();
+        assert_eq!(w.waiting.load(Ordering::SeqCst), direct | DIRECT_RUNG, "noted once");
+        assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1), "awake: not woken again");
+        assert!(!pending(), "the direct waiter runs it: no datagram");
+        w.waiting.store(SLEEP_EPOLL, Ordering::SeqCst); // the waiter left
+        b.ring();
+        assert_eq!(w.waiting.load(Ordering::SeqCst), 0);
+        assert!(pending(), "a datagram for the progress thread");
+        b.ring();
+        assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1));
+        assert!(!pending(), "nobody asleep: no wake-up");
+    }
+
+    struct Flag {
+        ready: AtomicBool,
+        q: Arc<crate::runtime::fdqueue::FdQueue<u32>>,
+    }
+
+    impl Pollable for Flag {
+        fn progress(&self) -> bool {
+            let ready = self.ready.swap(false, Ordering::SeqCst);
+            if ready {
+                self.q.push(7);
+            }
+            ready
+        }
+    }
+
+    /// A waiter holding the direct slot, woken by a ring of our doorbell (as a peer rings it
+    /// after publishing), runs the pollables and takes what they produced; the advertisement is
+    /// gone once it returns. Whichever thread runs the pollable, no wake-up is lost.
+    #[test]
+    fn a_direct_waiter_is_woken_by_a_ring() {
+        let e = engine().expect("engine");
+        let q = Arc::new(crate::runtime::fdqueue::FdQueue::new().expect("queue"));
+        let f = Arc::new(Flag { ready: AtomicBool::new(false), q: q.clone() });
+        let weak: Weak<dyn Pollable> = Arc::downgrade(&f) as Weak<dyn Pollable>;
+        e.add_pollable(weak);
+        let d = loop {
+            match e.direct() {
+                Some(d) => break d,
+                None => std::thread::yield_now(), // another test holds it
+            }
+        };
+        let f2 = f.clone();
+        let t = std::thread::spawn(move || {
+            let w = e.bell().word();
+            while w.waiting.load(Ordering::SeqCst) & SLEEP_DIRECT == 0 {
+                std::thread::yield_now();
+            }
+            f2.ready.store(true, Ordering::SeqCst);
+            e.bell().ring();
+        });
+        let got = q.pop_wait_via(Some(&d));
+        t.join().expect("ringer");
+        drop(d);
+        assert_eq!(got, Ok(7));
+        let bits = SLEEP_DIRECT | DIRECT_ASLEEP | DIRECT_RUNG;
+        assert_eq!(e.bell().word().waiting.load(Ordering::SeqCst) & bits, 0);
+        assert!(e.direct().is_some(), "the slot is free again");
+    }
 
     /// A parked descriptor is not reported again while parked, is asked about (mask 0) while
     /// parked, and is reported again once its handler takes it up and it is readable.

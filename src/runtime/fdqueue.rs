@@ -12,6 +12,9 @@
 //! counter and wakes the waiters; each rechecks the queue, so an item taken by another thread
 //! first only costs a second look. Removing items (a destroyed id's events) never leaves the
 //! public fd readable with nothing to fetch.
+//!
+//! A waiter may sleep on a shared word instead ([`SharedSleep`], the doorbell of
+//! `engine::Direct`): peers' rings wake it there, and a push wakes it there too.
 
 use crate::errno::{check, Errno, Result};
 use std::collections::VecDeque;
@@ -30,20 +33,38 @@ struct Inner<T> {
     items: VecDeque<T>,
     /// Threads in (or about to enter) `FUTEX_WAIT` on `pushes`.
     waiters: usize,
+    /// Shared words a waiter sleeps on instead (see [`SharedSleep`]), one entry per waiter.
+    shared: Vec<&'static AtomicU32>,
 }
 
 /// `FUTEX_WAIT` (sleeps while `word` holds `val`) or `FUTEX_WAKE` (wakes up to `val` sleepers).
 pub(crate) fn futex(word: &AtomicU32, op: libc::c_int, val: u32) -> libc::c_long {
-    // SAFETY: FUTEX_WAIT/FUTEX_WAKE on a live, aligned u32 of ours; no timeout, no second word.
+    futex_op(word, op | libc::FUTEX_PRIVATE_FLAG, val)
+}
+
+/// [`futex`] on a word in memory shared with other processes (a doorbell segment): they wake
+/// it, so the key must be the mapping's, not this process's.
+pub(crate) fn futex_shared(word: &AtomicU32, op: libc::c_int, val: u32) -> libc::c_long {
+    futex_op(word, op, val)
+}
+
+fn futex_op(word: &AtomicU32, op: libc::c_int, val: u32) -> libc::c_long {
+    // SAFETY: FUTEX_WAIT/FUTEX_WAKE on a live, aligned u32 (ours, or in a mapping that lives as
+    // long as the engine); no timeout, no second word.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            op | libc::FUTEX_PRIVATE_FLAG,
-            val,
-            std::ptr::null::<libc::timespec>(),
-        )
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, std::ptr::null::<libc::timespec>())
     }
+}
+
+/// Another way for [`FdQueue::pop_wait_via`] to sleep: on a futex word shared with the
+/// processes whose doorbell rings wake it (`engine::Direct`), so that the waiter itself is the
+/// thread a peer wakes, and does the work the ring asks for.
+pub trait SharedSleep {
+    /// The shared futex word.
+    fn word(&self) -> &'static AtomicU32;
+    /// Advertises the sleeper to peers, then does the work a ring would ask for (which may push
+    /// to this queue); returns the word's value to sleep on, read before advertising.
+    fn prepare(&self) -> u32;
 }
 
 impl<T> FdQueue<T> {
@@ -54,7 +75,7 @@ impl<T> FdQueue<T> {
         let efd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(FdQueue {
             efd,
-            inner: Mutex::new(Inner { items: VecDeque::new(), waiters: 0 }),
+            inner: Mutex::new(Inner { items: VecDeque::new(), waiters: 0, shared: Vec::new() }),
             pushes: AtomicU32::new(0),
         })
     }
@@ -83,9 +104,24 @@ impl<T> FdQueue<T> {
             // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
             unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
         }
-        if g.waiters > 0 {
+        // The words change under the lock (a waiter reads them under it, so it cannot miss the
+        // change); the wake-ups come after it is dropped, or each woken waiter would sleep again
+        // at once on the lock we hold.
+        let private = g.waiters > 0;
+        if private {
             self.pushes.fetch_add(1, Ordering::Release);
+        }
+        for w in &g.shared {
+            w.fetch_add(1, Ordering::SeqCst);
+        }
+        // Empty (no allocation) unless a thread sleeps on a doorbell for this queue.
+        let shared = g.shared.clone();
+        drop(g);
+        if private {
             futex(&self.pushes, libc::FUTEX_WAKE, i32::MAX as u32);
+        }
+        for w in shared {
+            futex_shared(w, libc::FUTEX_WAKE, i32::MAX as u32);
         }
     }
 
@@ -93,28 +129,79 @@ impl<T> FdQueue<T> {
     /// (`EAGAIN`). A signal whose handler lacks `SA_RESTART` ends the wait with `EINTR` (the
     /// item that arrives later stays queued).
     pub fn pop_wait(&self) -> Result<T> {
+        self.pop_wait_via(None)
+    }
+
+    /// The oldest item, or `None` after checking (if `check`) that the application lets us
+    /// wait (`EAGAIN` if the fd is non-blocking). Called with the lock held.
+    fn take_or_check(&self, g: &mut Inner<T>, check_fl: bool) -> Result<Option<T>> {
+        if let Some(item) = g.items.pop_front() {
+            if g.items.is_empty() {
+                self.clear();
+            }
+            return Ok(Some(item));
+        }
+        if !check_fl {
+            return Ok(None);
+        }
+        // SAFETY: fcntl(F_GETFL) on our own descriptor.
+        let fl = check(unsafe { libc::fcntl(self.efd.as_raw_fd(), libc::F_GETFL) })?;
+        if fl & libc::O_NONBLOCK != 0 {
+            return Err(Errno::EAGAIN);
+        }
+        Ok(None)
+    }
+
+    /// [`FdQueue::pop_wait`], sleeping on `via`'s shared word when given (a push wakes it
+    /// there too), after letting it prepare with no lock held. The `EINTR`/`SA_RESTART` rule is
+    /// the same: both are `FUTEX_WAIT`.
+    pub fn pop_wait_via(&self, via: Option<&dyn SharedSleep>) -> Result<T> {
         loop {
-            let seen = {
-                let mut g = self.inner();
-                if let Some(item) = g.items.pop_front() {
-                    if g.items.is_empty() {
-                        self.clear();
+            let prepared = match via {
+                Some(v) => {
+                    if let Some(item) = self.take_or_check(&mut self.inner(), true)? {
+                        return Ok(item);
                     }
+                    Some((v.word(), v.prepare()))
+                }
+                None => None,
+            };
+            let (word, seen) = {
+                let mut g = self.inner();
+                // Checked just before `prepare`: one fcntl per wait.
+                if let Some(item) = self.take_or_check(&mut g, prepared.is_none())? {
                     return Ok(item);
                 }
-                // SAFETY: fcntl(F_GETFL) on our own descriptor.
-                let fl = check(unsafe { libc::fcntl(self.efd.as_raw_fd(), libc::F_GETFL) })?;
-                if fl & libc::O_NONBLOCK != 0 {
-                    return Err(Errno::EAGAIN);
+                match prepared {
+                    // Read before `prepare` did its work: a push or ring since then changed it.
+                    Some((w, seen)) => {
+                        g.shared.push(w);
+                        (w, seen)
+                    }
+                    None => {
+                        g.waiters += 1;
+                        // Read under the lock: a later push changes it, so the wait below returns
+                        // at once (EAGAIN) if the push comes before the thread sleeps.
+                        (&self.pushes, self.pushes.load(Ordering::Acquire))
+                    }
                 }
-                g.waiters += 1;
-                // Read under the lock: a later push changes it, so the wait below returns at once
-                // (EAGAIN) if the push comes before the thread sleeps.
-                self.pushes.load(Ordering::Acquire)
             };
-            let r = futex(&self.pushes, libc::FUTEX_WAIT, seen);
+            let r = if prepared.is_some() {
+                futex_shared(word, libc::FUTEX_WAIT, seen)
+            } else {
+                futex(word, libc::FUTEX_WAIT, seen)
+            };
             let err = Errno::last();
-            self.inner().waiters -= 1;
+            {
+                let mut g = self.inner();
+                if prepared.is_some() {
+                    if let Some(i) = g.shared.iter().position(|&w| std::ptr::eq(w, word)) {
+                        g.shared.swap_remove(i);
+                    }
+                } else {
+                    g.waiters -= 1;
+                }
+            }
             if r < 0 && err.0 != libc::EAGAIN {
                 return Err(err);
             }
@@ -131,5 +218,70 @@ impl<T> FdQueue<T> {
             self.clear();
         }
         taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    /// A sleeper on a word of its own, whose `prepare` may find the item itself.
+    struct Word {
+        word: &'static AtomicU32,
+        prepared: AtomicU32,
+        push_in_prepare: Option<Arc<FdQueue<u32>>>,
+    }
+
+    impl SharedSleep for Word {
+        fn word(&self) -> &'static AtomicU32 {
+            self.word
+        }
+        fn prepare(&self) -> u32 {
+            let seen = self.word.load(Ordering::SeqCst);
+            self.prepared.fetch_add(1, Ordering::SeqCst);
+            if let Some(q) = &self.push_in_prepare {
+                q.push(5);
+            }
+            seen
+        }
+    }
+
+    /// What `prepare` pushes is taken without sleeping.
+    #[test]
+    fn an_item_found_by_prepare_is_returned() {
+        let q = Arc::new(FdQueue::new().expect("queue"));
+        let w = Word {
+            word: Box::leak(Box::new(AtomicU32::new(0))),
+            prepared: AtomicU32::new(0),
+            push_in_prepare: Some(q.clone()),
+        };
+        assert_eq!(q.pop_wait_via(Some(&w)), Ok(5));
+        assert_eq!(w.prepared.load(Ordering::SeqCst), 1);
+    }
+
+    /// A push from another thread wakes a waiter asleep on a shared word.
+    #[test]
+    fn a_push_wakes_a_shared_sleeper() {
+        let q = Arc::new(FdQueue::new().expect("queue"));
+        let w = Word {
+            word: Box::leak(Box::new(AtomicU32::new(0))),
+            prepared: AtomicU32::new(0),
+            push_in_prepare: None,
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let (q2, d2) = (q.clone(), done.clone());
+        let t = std::thread::spawn(move || {
+            // Until the waiter is registered (or has already returned): no lost push either way.
+            while q2.inner().shared.is_empty() && !d2.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            q2.push(9);
+        });
+        assert_eq!(q.pop_wait_via(Some(&w)), Ok(9));
+        done.store(true, Ordering::SeqCst);
+        t.join().expect("pusher");
+        assert!(q.inner().shared.is_empty(), "the sleeper is unregistered");
     }
 }

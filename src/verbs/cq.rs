@@ -84,10 +84,16 @@ impl CompChannel {
         self.queue.push(cq);
     }
 
-    /// Blocks (unless the fd is non-blocking) until a CQ event arrives; returns the CQ.
+    /// Blocks (unless the fd is non-blocking) until a CQ event arrives; returns the CQ. The
+    /// first thread of the process to wait is the one peers' doorbells wake (`engine::Direct`):
+    /// it runs the rings itself, so an event costs one wake-up, not two.
     pub fn get_event(&self) -> Result<Arc<Cq>> {
         loop {
-            let addr = self.queue.pop_wait()?;
+            let direct = crate::runtime::engine::running().and_then(|e| e.direct());
+            let via = direct.as_ref().map(|d| d as &dyn crate::runtime::fdqueue::SharedSleep);
+            let addr = self.queue.pop_wait_via(via);
+            drop(direct);
+            let addr = addr?;
             // A CQ destroyed after posting its event leaves its entry behind: skip it.
             if let Ok(cq) = objects().cqs.get(addr as *const ibv_cq) {
                 cq.st.lock().unwrap_or_else(|e| e.into_inner()).events_read += 1;
@@ -116,6 +122,9 @@ pub struct CqState {
     armed: u8,
     pub events_read: u32,
     events_acked: u32,
+    /// `ibv_destroy_cq` waits on `acked` (a notify costs a system call even with no waiter,
+    /// and every event is acknowledged).
+    destroying: bool,
 }
 
 /// The C struct of a CQ. Every CQ is allocated as a `cq_ex::CqAlloc`: an `ibv_cq_ex` (whose
@@ -254,6 +263,7 @@ impl Cq {
             ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
             st.armed = 0;
         }
+        st.destroying = true;
         while st.events_acked < st.events_read {
             st = cq.acked.wait(st).unwrap_or_else(|e| e.into_inner());
         }
@@ -384,13 +394,14 @@ impl Cq {
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         let first = st.armed == 0;
         if first {
-            ARMED_CQS.fetch_add(1, Ordering::Relaxed);
+            // SeqCst: pairs with the progress thread's nap check (`Engine::cq_armed`).
+            ARMED_CQS.fetch_add(1, Ordering::SeqCst);
         }
         st.armed = if solicited_only { 2 } else { 1 };
         drop(st);
         if first {
             if let Ok(e) = crate::runtime::engine::engine() {
-                e.unpark_soon();
+                e.cq_armed();
             }
         }
         Ok(())
@@ -399,7 +410,9 @@ impl Cq {
     pub fn ack_events(&self, n: u32) {
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.events_acked = st.events_acked.wrapping_add(n).min(st.events_read);
-        self.acked.notify_all();
+        if st.destroying {
+            self.acked.notify_all();
+        }
     }
 }
 
