@@ -5,6 +5,7 @@
 
 pub mod accept;
 pub mod access;
+pub mod bell;
 pub mod engine;
 pub mod fdqueue;
 pub mod fork;
