@@ -64,9 +64,10 @@ impl SoftQp {
             let h = unsafe { hp.read_volatile() };
             let open = st.cur_in.as_ref().map(InMsg::open);
             let request = !matches!(h.opcode, OP_READ_RESP | OP_ATOMIC_RESP | OP_NAK);
-            if request && open.is_none() && ring.is_closed() {
+            if request && open.is_none() && ring.is_closed() && !self.uc {
                 // The requester moved to error or is gone: it reported these requests as
-                // flushed, so they must not take effect here either.
+                // flushed, so they must not take effect here either. (A UC requester reported
+                // what it wrote as sent: that is delivered.)
                 ring.consume(1);
                 consumed = true;
                 continue;
