@@ -24,17 +24,23 @@ struct end {
 	struct ibv_qp *qp;
 };
 
-static inline struct end make_end(int depth)
+/* A CQ and a QP of `type` (RC or UC) on it. */
+static inline struct end make_end_of(enum ibv_qp_type type, int depth)
 {
 	struct end e;
 	e.cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	CHECK(e.cq, "create_cq");
-	struct ibv_qp_init_attr a = { .send_cq = e.cq, .recv_cq = e.cq, .qp_type = IBV_QPT_RC,
+	struct ibv_qp_init_attr a = { .send_cq = e.cq, .recv_cq = e.cq, .qp_type = type,
 				      .cap = { .max_send_wr = depth, .max_recv_wr = 16, .max_send_sge = 2,
 					       .max_recv_sge = 2 } };
 	e.qp = ibv_create_qp(pd, &a);
 	CHECK(e.qp, "create_qp");
 	return e;
+}
+
+static inline struct end make_end(int depth)
+{
+	return make_end_of(IBV_QPT_RC, depth);
 }
 
 static inline void to_rts(struct ibv_qp *qp, uint32_t dest, int access, int rnr_retry, int retry, int timeout,

@@ -22,20 +22,6 @@
 
 static const int ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
-static struct end uc_end(void)
-{
-	struct end e;
-	e.cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-	CHECK(e.cq, "create_cq");
-	struct ibv_qp_init_attr a = { .send_cq = e.cq, .recv_cq = e.cq, .qp_type = IBV_QPT_UC,
-				      .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
-					       .max_recv_sge = 1 } };
-	e.qp = ibv_create_qp(pd, &a);
-	CHECK(e.qp, "create_qp UC");
-	CHECK(e.qp->qp_type == IBV_QPT_UC, "qp_type");
-	return e;
-}
-
 static void uc_to_rts(struct ibv_qp *qp, uint32_t dest)
 {
 	union ibv_gid gid;
@@ -92,7 +78,8 @@ int main(void)
 	struct ibv_mr *amr = ibv_reg_mr(pd, abuf, BUF, ACCESS), *bmr = ibv_reg_mr(pd, bbuf, BUF, ACCESS);
 	CHECK(amr && bmr, "reg_mr");
 
-	struct end a = uc_end(), b = uc_end();
+	struct end a = make_end_of(IBV_QPT_UC, 8), b = make_end_of(IBV_QPT_UC, 8);
+	CHECK(a.qp->qp_type == IBV_QPT_UC, "qp_type");
 	uc_to_rts(a.qp, b.qp->qp_num);
 	uc_to_rts(b.qp, a.qp->qp_num);
 	printf("ok UC state table: RC-only attributes refused, UC masks accepted\n");

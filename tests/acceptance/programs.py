@@ -215,27 +215,19 @@ add(Scenario(
     expect=[("both", r"end 0\s*$")],
 ))
 
-for suffix, extra, title, port in [
-        ("", [], "ibv_rc_pingpong -g 0: raw RC verbs, TCP side channel", 7516),
-        ("-e", ["-e"], "ibv_rc_pingpong -e: completion channel events", 7518),
-        ("-N", ["-N"], "ibv_rc_pingpong -N: ibv_create_qp_ex + ibv_wr_* posting", 7520),
-        ("-t", ["-t"], "ibv_rc_pingpong -t: ibv_create_cq_ex with timestamps, ibv_start_poll", 7522)]:
+for prog, suffix, extra, title, issue, port in [
+        ("rc", "", [], "ibv_rc_pingpong -g 0: raw RC verbs, TCP side channel", 5, 7516),
+        ("rc", "-e", ["-e"], "ibv_rc_pingpong -e: completion channel events", 5, 7518),
+        ("rc", "-N", ["-N"], "ibv_rc_pingpong -N: ibv_create_qp_ex + ibv_wr_* posting", 5, 7520),
+        ("rc", "-t", ["-t"], "ibv_rc_pingpong -t: ibv_create_cq_ex with timestamps, ibv_start_poll", 5,
+         7522),
+        ("uc", "", [], "ibv_uc_pingpong -g 0: raw UC verbs (no acknowledgements), TCP side channel", 13,
+         7524),
+        ("uc", "-e", ["-e"], "ibv_uc_pingpong -e: UC with completion channel events", 13, 7526)]:
     add(Scenario(
-        name="rc-pingpong" + suffix, issue=5, title=title,
-        server=["ibv_rc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra,
-        client=["ibv_rc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra + ["{host}"],
-        port=port, ready="tcp",
-        expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: "),
-                ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
-    ))
-
-for suffix, extra, title, port in [
-        ("", [], "ibv_uc_pingpong -g 0: raw UC verbs (no acknowledgements), TCP side channel", 7524),
-        ("-e", ["-e"], "ibv_uc_pingpong -e: UC with completion channel events", 7526)]:
-    add(Scenario(
-        name="uc-pingpong" + suffix, issue=13, title=title,
-        server=["ibv_uc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra,
-        client=["ibv_uc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra + ["{host}"],
+        name=f"{prog}-pingpong" + suffix, issue=issue, title=title,
+        server=[f"ibv_{prog}_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra,
+        client=[f"ibv_{prog}_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100"] + extra + ["{host}"],
         port=port, ready="tcp",
         expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: "),
                 ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
