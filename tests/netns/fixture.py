@@ -387,7 +387,12 @@ class Capture:
         self.stderr = ""
 
     def start(self):
-        require("tcpdump")
+        require("tcpdump", "ethtool")
+        # A veth carries a segmented UDP send (UDP GSO, what rdmashim sends bursts with) as
+        # one packet and a tap shows it so; with segmentation off on every link the kernel
+        # cuts it before the device, and the capture holds the datagrams a wire would carry.
+        for h in self.fx.hosts:
+            self.fx.ns_sh(h.ns, ["ethtool", "-K", h.ifname, "tx-udp-segmentation", "off"])
         argv = ["tcpdump", "-i", self.host.ifname, "-w", self.path, "-U", "-n", "-Z", "root",
                 "--immediate-mode"]
         if self.bpf:

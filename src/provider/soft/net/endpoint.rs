@@ -90,9 +90,11 @@ fn table() -> std::sync::MutexGuard<'static, Option<Table>> {
     t
 }
 
-/// A dual-stack UDP socket on `[::]:0`, non-blocking, DF set, reporting destination addresses.
+/// A dual-stack UDP socket on `[::]:0`, non-blocking, DF set, reporting destination addresses,
+/// taking bursts whole where the kernel can (GRO; without it they arrive one by one).
 fn bind_socket() -> Result<(OwnedFd, u16)> {
     let fd = udp::open(0, Some(SOCKET_BUF))?;
+    udp::gso::enable_gro(fd.as_raw_fd());
     let port = udp::local_port(fd.as_raw_fd())?;
     Ok((fd, port))
 }
@@ -166,14 +168,43 @@ pub fn send_all_from(fd: RawFd, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) ->
     sent
 }
 
+/// Sends runs of datagrams (from `udp::gso::runs`) to `dst` from `src`, each as one segmented
+/// send, like [`send_all_from`] otherwise: a run that cannot go for another reason counts as
+/// sent (a loss); one wait for room, then the rest is dropped. `Err(i)` if the kernel refused
+/// segmented sends at run `i`: runs `i..` did not go.
+pub fn send_runs_from(
+    fd: RawFd,
+    bufs: &[&[u8]],
+    runs: &[std::ops::Range<usize>],
+    src: IpAddr,
+    dst: SocketAddr,
+) -> std::result::Result<(), usize> {
+    let (mut sent, mut waited) = (0, false);
+    while sent < runs.len() {
+        match udp::gso::send_runs_from(fd, src, dst, bufs, &runs[sent..]) {
+            Ok(n) if n > 0 => sent += n,
+            Err(e) if e == Errno::EOPNOTSUPP => return Err(sent),
+            Err(e) if e != Errno::EAGAIN => sent += 1,
+            _ if !waited => {
+                waited = true;
+                wait_room(fd);
+            }
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
 /// How long a send waits for room in a full socket buffer before the packet is dropped.
 const SEND_WAIT_MS: i32 = 20;
 
-/// One received datagram: its length, the sender, and the address it was sent to.
+/// One received datagram (or burst of them, `segment` bytes each but the last): its length,
+/// the sender, and the address it was sent to.
 pub struct Received {
     pub len: usize,
     pub from: SocketAddr,
     pub to: IpAddr,
+    pub segment: usize,
 }
 
 /// Receives one datagram without blocking (`None`: nothing waiting, or no destination address).
@@ -189,7 +220,7 @@ pub fn recv_one(fd: RawFd, buf: &mut [u8]) -> Option<Result<Received>> {
 pub fn received(r: udp::Received) -> Option<Result<Received>> {
     let from = SocketAddr::V6(SocketAddrV6::new(udp::mapped(r.from.ip()), r.from.port(), 0, 0));
     let to = IpAddr::V6(udp::mapped(r.to?));
-    Some(Ok(Received { len: r.len, from, to }))
+    Some(Ok(Received { len: r.len, from, to, segment: r.segment }))
 }
 
 #[cfg(test)]

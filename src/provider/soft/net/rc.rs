@@ -24,6 +24,7 @@ use crate::sys::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -117,22 +118,63 @@ fn to_send(kinds: impl DoubleEndedIterator<Item = Kind>) -> Vec<bool> {
     keep
 }
 
+/// Packets an `Io` holds before it sends them (a window's worth: bursts go segmented).
+const IO_BATCH: usize = 128;
+
 impl Io {
     fn flush(&mut self) {
         if self.lens.is_empty() {
             return;
         }
         let keep = to_send(self.lens.iter().map(|&(_, k)| k));
-        let bufs: Vec<&[u8]> = self
-            .lens
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| keep[i])
-            .map(|(i, &(n, _))| &self.buf[i * self.slot..i * self.slot + n])
-            .collect();
+        let kept: Vec<usize> = (0..self.lens.len()).filter(|&i| keep[i]).collect();
         // A lost packet is the transport's to recover (retransmission), like one the wire drops.
-        super::faults::send_all(&self.sock, &bufs, self.src, self.dst);
+        if super::faults::active().is_some() || !udp::gso::usable() {
+            let bufs = self.slices(&kept);
+            super::faults::send_all(&self.sock, &bufs, self.src, self.dst);
+        } else {
+            let lens: Vec<usize> = kept.iter().map(|&i| self.lens[i].0).collect();
+            let mut runs = Vec::new();
+            udp::gso::runs(&lens, &mut runs);
+            self.number_ids(&kept, &runs);
+            let bufs = self.slices(&kept);
+            let fd = self.sock.as_raw_fd();
+            if let Err(at) = endpoint::send_runs_from(fd, &bufs, &runs, self.src, self.dst) {
+                // Segmented sends are refused here: the rest goes one by one, with ID 0.
+                drop(bufs);
+                self.number_ids(&kept, &runs[at..]);
+                let rest = &kept[runs[at].start..];
+                let bufs = self.slices(rest);
+                super::faults::send_all(&self.sock, &bufs, self.src, self.dst);
+            }
+        }
         self.lens.clear();
+    }
+
+    /// The bytes of the waiting packets `which`.
+    fn slices(&self, which: &[usize]) -> Vec<&[u8]> {
+        which.iter().map(|&i| &self.buf[i * self.slot..i * self.slot + self.lens[i].0]).collect()
+    }
+
+    /// Segment k of a run goes with IPv4 ID k (see `udp::gso`): moves the ICRC of the packets
+    /// `kept[r]` of each run `r` between ID 0 and their ID (in either direction: it is an XOR).
+    fn number_ids(&mut self, kept: &[usize], runs: &[std::ops::Range<usize>]) {
+        if !matches!(self.flow.addrs, roce::FlowAddrs::V4 { .. }) {
+            return;
+        }
+        for r in runs {
+            for (k, &i) in kept[r.clone()].iter().enumerate().skip(1) {
+                let (at, n) = (i * self.slot, self.lens[i].0);
+                let Some(tail) = self.buf.get_mut(at + n - roce::icrc::ICRC_LEN..at + n) else {
+                    continue;
+                };
+                let Ok(b) = <[u8; 4]>::try_from(&*tail) else { continue };
+                let icrc = u32::from_le_bytes(b);
+                let ib_len = n - roce::icrc::ICRC_LEN;
+                let moved = roce::icrc::with_ipv4_id(ib_len, icrc, 0, k as u16);
+                tail.copy_from_slice(&moved.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -192,7 +234,7 @@ impl NetRc {
                 dst,
                 flow,
                 buf: Vec::new(), // grows to the largest burst sent
-                lens: Vec::with_capacity(udp::SEND_BATCH),
+                lens: Vec::with_capacity(IO_BATCH),
                 slot: mtu as usize + 256,
             },
             pending: VecDeque::new(),
@@ -630,7 +672,7 @@ impl t::Sink for Out<'_> {
         if let Some(t) = self.trace.as_mut() {
             t.note("out", pkt);
         }
-        if self.io.lens.len() == udp::SEND_BATCH {
+        if self.io.lens.len() == IO_BATCH {
             self.io.flush();
         }
         let (at, slot) = (self.io.lens.len() * self.io.slot, self.io.slot);

@@ -7,8 +7,14 @@
 //! FECN/BECN/resv6 byte masked) · the rest of the packet up to the ICRC.
 //!
 //! The CRC's final value is sent least-significant byte first. The IP header is rebuilt from
-//! what a UDP socket knows ([`Flow`]): the lengths follow from the packet's, and the IPv4 ID is 0
-//! with DF set, which is what Linux gives an unconnected socket sending with `IP_PMTUDISC_DO`.
+//! what a UDP socket knows ([`Flow`]): the lengths follow from the packet's, and DF is set.
+//!
+//! The IPv4 identification is not masked, and a UDP socket neither chooses nor sees it. Linux
+//! gives an unconnected socket sending with `IP_PMTUDISC_DO` the ID 0, and the k-th datagram of
+//! one segmented (GSO) send the ID k. So a sender patches the ICRC of segment k
+//! ([`with_ipv4_id`]), and a receiver accepts an IPv4 packet whose ICRC is right for some ID
+//! below [`MAX_IPV4_ID`] ([`verify`]). The CRC is affine, so a change of ID changes the CRC by
+//! a value that depends only on the ID and the length: no second pass over the packet.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -105,10 +111,100 @@ pub fn compute(flow: &Flow, ib: &[u8]) -> Option<u32> {
     Some(h.finalize())
 }
 
-/// Whether `pkt` (BTH through ICRC, a whole UDP payload) carries the right ICRC for `flow`.
+/// Whether `pkt` (BTH through ICRC, a whole UDP payload) carries the right ICRC for `flow`;
+/// on IPv4, for `flow`'s ID or any ID below [`MAX_IPV4_ID`] (the socket cannot see which).
 pub fn verify(flow: &Flow, pkt: &[u8]) -> bool {
     let Some(split) = pkt.len().checked_sub(ICRC_LEN) else { return false };
     let (ib, tail) = pkt.split_at(split);
     let Ok(sent) = <[u8; 4]>::try_from(tail) else { return false };
-    compute(flow, ib) == Some(u32::from_le_bytes(sent))
+    let Some(ours) = compute(flow, ib) else { return false };
+    let sent = u32::from_le_bytes(sent);
+    if ours == sent {
+        return true;
+    }
+    match flow.addrs {
+        FlowAddrs::V4 { id, .. } => ipv4_id_of(ib.len(), ours, sent, id).is_some(),
+        FlowAddrs::V6 { .. } => false,
+    }
+}
+
+/// IPv4 IDs a receiver tries: the k-th segment of a GSO send has ID k (a send has at most 64
+/// or 128 segments, by kernel version), and the ID bits above these stay those of the flow.
+pub const MAX_IPV4_ID: u16 = 256;
+const ID_BITS: usize = 8;
+
+/// Where the IPv4 ID lies in the CRC's input: after the `FF×8` and 4 bytes of IP header.
+const ID_OFFSET: usize = 8 + 4;
+
+/// The CRC's change when bit `b` of the IPv4 ID flips, for an InfiniBand packet of `ib_len`
+/// bytes (without its ICRC): `crc(m ^ e) ^ crc(m)` is `crc(e) ^ crc(0)` for any `m` of that
+/// length, since the CRC is affine. Cached per length (a flow's packets have few lengths).
+fn id_basis(ib_len: usize) -> [u32; ID_BITS] {
+    thread_local! {
+        static CACHE: std::cell::RefCell<[(usize, [u32; ID_BITS]); 4]> =
+            const { std::cell::RefCell::new([(0, [0; ID_BITS]); 4]) };
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(hit) = c.iter().find(|e| e.0 == ib_len) {
+            return hit.1;
+        }
+        let n = 8 + 20 + 8 + ib_len;
+        let crc = |bit: Option<usize>| {
+            let mut h = crc32fast::Hasher::new();
+            let mut head = [0u8; ID_OFFSET + 2];
+            if let Some(b) = bit {
+                // The ID is big-endian: bit b of it is in byte 1 for b < 8.
+                head[ID_OFFSET + 1 - b / 8] = 1 << (b % 8);
+            }
+            h.update(&head);
+            let zeros = [0u8; 256];
+            let mut left = n - head.len();
+            while left > 0 {
+                let k = left.min(zeros.len());
+                h.update(&zeros[..k]);
+                left -= k;
+            }
+            h.finalize()
+        };
+        let zero = crc(None);
+        let mut basis = [0; ID_BITS];
+        for (b, v) in basis.iter_mut().enumerate() {
+            *v = crc(Some(b)) ^ zero;
+        }
+        c.rotate_right(1);
+        c[0] = (ib_len, basis);
+        basis
+    })
+}
+
+/// The CRC change between IDs `a` and `b` (both below [`MAX_IPV4_ID`] in the bits that differ).
+fn id_delta(ib_len: usize, a: u16, b: u16) -> u32 {
+    let basis = id_basis(ib_len);
+    let x = a ^ b;
+    (0..ID_BITS).filter(|&i| x & (1 << i) != 0).fold(0, |d, i| d ^ basis[i])
+}
+
+/// The ICRC `icrc` of an IPv4 packet of `ib_len` bytes computed with ID `from`, as it is with
+/// ID `to` (only the ID's low 8 bits may differ).
+pub fn with_ipv4_id(ib_len: usize, icrc: u32, from: u16, to: u16) -> u32 {
+    icrc ^ id_delta(ib_len, from, to)
+}
+
+/// The ID, differing from `flow_id` only in its low 8 bits, for which an IPv4 packet of
+/// `ib_len` bytes whose ICRC is `ours` for `flow_id` carries `sent` (a Gray-code walk: one XOR
+/// per candidate).
+fn ipv4_id_of(ib_len: usize, ours: u32, sent: u32, flow_id: u16) -> Option<u16> {
+    let basis = id_basis(ib_len);
+    let want = ours ^ sent;
+    let mut acc = 0u32;
+    for k in 1..MAX_IPV4_ID {
+        // Gray code k differs from Gray code k-1 in bit `trailing_zeros(k)`.
+        acc ^= basis[k.trailing_zeros() as usize];
+        if acc == want {
+            let gray = k ^ (k >> 1);
+            return Some(flow_id ^ gray);
+        }
+    }
+    None
 }

@@ -195,15 +195,22 @@ fn icrc_known_answer_from_the_spec_bytes() {
         bad[i] ^= 0x01;
         assert!(!icrc::verify(&v4_flow(), &bad), "byte {i}");
     }
-    // A different IPv4 ID, address or port changes it.
-    let mut f = v4_flow();
-    f.addrs = FlowAddrs::V4 {
-        src: Ipv4Addr::new(127, 0, 0, 1),
-        dst: Ipv4Addr::new(127, 0, 0, 2),
-        id: 1,
-        df: true,
+    // A different IPv4 ID changes it: a receiver, which cannot see the ID, accepts IDs that
+    // differ in the low 8 bits (a GSO send's segments) and no others; an address or port
+    // changes it too.
+    let with_id = |id| {
+        let mut f = v4_flow();
+        f.addrs = FlowAddrs::V4 {
+            src: Ipv4Addr::new(127, 0, 0, 1),
+            dst: Ipv4Addr::new(127, 0, 0, 2),
+            id,
+            df: true,
+        };
+        f
     };
-    assert!(!icrc::verify(&f, &pkt));
+    assert_ne!(icrc::compute(&with_id(1), &ib), Some(want));
+    assert!(icrc::verify(&with_id(1), &pkt));
+    assert!(!icrc::verify(&with_id(0x100), &pkt));
     assert!(!icrc::verify(&v4_flow().reversed(), &pkt));
     assert!(!icrc::verify(&v4_flow(), &pkt[..3]));
 }
@@ -282,4 +289,63 @@ fn segmenter_edge_cases() {
         }
     }
     assert_eq!(segments(5, 0).count_packets(), 0);
+}
+
+fn v4_flow_id(id: u16) -> Flow {
+    let mut f = v4_flow();
+    if let FlowAddrs::V4 { id: i, .. } = &mut f.addrs {
+        *i = id;
+    }
+    f
+}
+
+#[test]
+fn icrc_patched_for_an_ipv4_id_is_the_icrc_computed_with_it() {
+    for len in [12usize, 28, 64, 1036, 1052, 4108] {
+        let ib: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        let at0 = icrc::compute(&v4_flow_id(0), &ib).unwrap();
+        for k in [1u16, 2, 3, 61, 63, 64, 127, 128, 255] {
+            let direct = icrc::compute(&v4_flow_id(k), &ib).unwrap();
+            assert_eq!(icrc::with_ipv4_id(len, at0, 0, k), direct, "len {len} id {k}");
+            assert_eq!(icrc::with_ipv4_id(len, direct, k, 0), at0, "back, len {len} id {k}");
+        }
+    }
+}
+
+#[test]
+fn a_receiver_accepts_gso_segment_ids_and_still_refuses_a_bad_icrc() {
+    let ib: Vec<u8> = (0..1036).map(|i| (i * 13 + 1) as u8).collect();
+    let packet = |id: u16| {
+        let mut p = ib.clone();
+        p.extend_from_slice(&icrc::compute(&v4_flow_id(id), &ib).unwrap().to_le_bytes());
+        p
+    };
+    for id in 0..icrc::MAX_IPV4_ID {
+        assert!(icrc::verify(&v4_flow_id(0), &packet(id)), "segment id {id}");
+    }
+    for id in [icrc::MAX_IPV4_ID, 0x1234, 0xffff] {
+        assert!(!icrc::verify(&v4_flow_id(0), &packet(id)), "id {id}");
+    }
+    // Every single-bit and whole-byte corruption of the ICRC, or of the packet's first and
+    // last bytes, is refused whatever the segment's ID.
+    for id in [0u16, 1, 37, 255] {
+        let good = packet(id);
+        let n = good.len();
+        for at in [0, 1, 12, n - 5, n - 4, n - 3, n - 2, n - 1] {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = good.clone();
+                bad[at] ^= flip;
+                assert!(!icrc::verify(&v4_flow_id(0), &bad), "id {id} byte {at} ^ {flip:#x}");
+            }
+        }
+    }
+    // IPv6 has no ID: nothing but the exact ICRC is accepted.
+    let f6 =
+        Flow::new("[fd00::1]:1024".parse().unwrap(), "[fd00::2]:4791".parse().unwrap()).unwrap();
+    let mut p6 = ib.clone();
+    p6.extend_from_slice(&icrc::compute(&f6, &ib).unwrap().to_le_bytes());
+    assert!(icrc::verify(&f6, &p6));
+    let n6 = p6.len();
+    p6[n6 - 1] ^= 1;
+    assert!(!icrc::verify(&f6, &p6));
 }

@@ -9,6 +9,8 @@ use crate::runtime::socket::kernel_socket;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+pub mod gso;
+
 const SOCKADDR6_LEN: libc::socklen_t = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
 
 fn setopt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> Result<()> {
@@ -182,11 +184,15 @@ pub fn send_batch_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[&[u8]]) 
 }
 
 /// One received datagram: its length, the sender, and the local address it was sent to
-/// (`None` if the kernel did not say). Addresses are plain (IPv4 not v4-mapped).
+/// (`None` if the kernel did not say). Addresses are plain (IPv4 not v4-mapped). On a socket
+/// with [`gso::enable_gro`], a buffer may hold a burst of datagrams: each `segment` bytes long
+/// but the last, which may be shorter.
 pub struct Received {
     pub len: usize,
     pub from: SocketAddr,
     pub to: Option<IpAddr>,
+    /// The length of each datagram in the buffer (`len` when it holds one).
+    pub segment: usize,
 }
 
 /// Receives one datagram without blocking; `Ok(None)` when none is pending. A datagram that
@@ -206,7 +212,8 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
     parse(&msg, &sa, n as usize).map(Some)
 }
 
-/// Control-message room per datagram (both packet-information messages fit).
+/// Control-message room per datagram (both packet-information messages and the segment size
+/// fit).
 const CBUF_WORDS: usize = 16;
 
 /// What a received `msg` (filled by the kernel, `n` bytes of data) says: the sender `sa`
@@ -219,6 +226,7 @@ fn parse(msg: &libc::msghdr, sa: &libc::sockaddr_in6, n: usize) -> Result<Receiv
     let from =
         SocketAddr::new(unmapped(Ipv6Addr::from(sa.sin6_addr.s6_addr)), u16::from_be(sa.sin6_port));
     let mut to = None;
+    let mut segment = n;
     // SAFETY: walking the control messages the kernel wrote into the control buffer, within
     // msg_controllen; each data read is unaligned and of the type its level/type names.
     unsafe {
@@ -234,12 +242,19 @@ fn parse(msg: &libc::msghdr, sa: &libc::sockaddr_in6, n: usize) -> Result<Receiv
                     let i: libc::in_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
                     to = Some(IpAddr::V4(u32::from_be(i.ipi_addr.s_addr).into()));
                 }
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    let g: libc::c_int = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    if g > 0 {
+                        segment = (g as usize).min(n);
+                    }
+                }
                 _ => {}
             }
             c = libc::CMSG_NXTHDR(msg, c);
         }
     }
-    Ok(Received { len: n, from, to })
+    // An empty datagram is one segment of length 0 (chunks of it: none).
+    Ok(Received { len: n, from, to, segment: segment.max(1) })
 }
 
 /// Buffers for receiving up to `count` datagrams of up to `size` bytes with one system call
