@@ -125,32 +125,25 @@ static HELD: Mutex<Option<Held>> = Mutex::new(None);
 /// How long a held-back packet waits for a successor before it goes out anyway.
 const HOLD_MAX: Duration = Duration::from_millis(1);
 
-/// Sends packets to one destination, batched, through the faults if any are set.
-pub fn send_all(sock: &Arc<Sock>, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) {
-    if active().is_none() {
-        endpoint::send_all_from(sock.as_raw_fd(), bufs, src, dst);
-        return;
-    }
-    for b in bufs {
-        send(sock, b, src, dst);
-    }
+/// What becomes of one packet.
+enum Fate {
+    Go,
+    GoTwice,
+    /// Sent later (delay, or held back until the next packet: reorder).
+    Later,
+    Dropped,
 }
 
-/// Sends one packet, through the faults if any are set.
-pub fn send(sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAddr) {
-    let Some(f) = active() else {
-        let _ = endpoint::send_from(sock.as_raw_fd(), buf, src, dst);
-        return;
-    };
+fn fate_of(f: &Faults, sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAddr) -> Fate {
     let held = || Held { sock: sock.clone(), buf: buf.to_vec(), src, dst };
     if draw() < f.drop {
-        return;
+        return Fate::Dropped;
     }
     if draw() < f.delay {
         if let Ok(e) = engine() {
             let h = held();
             e.after(f.delay_by, Box::new(move || h.send()));
-            return;
+            return Fate::Later;
         }
     }
     if draw() < f.reorder {
@@ -161,11 +154,63 @@ pub fn send(sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAddr) {
             if let Ok(e) = engine() {
                 e.after(HOLD_MAX, Box::new(release_held));
             }
-            return;
+            return Fate::Later;
         }
     }
-    let _ = endpoint::send_from(sock.as_raw_fd(), buf, src, dst);
     if draw() < f.dup {
+        Fate::GoTwice
+    } else {
+        Fate::Go
+    }
+}
+
+/// Sends packets to one destination, batched, through the faults if any are set: what
+/// survives them still leaves in batches (a packet held back for reordering goes after the
+/// next one that leaves).
+pub fn send_all(sock: &Arc<Sock>, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) {
+    let Some(f) = active() else {
+        endpoint::send_all_from(sock.as_raw_fd(), bufs, src, dst);
+        return;
+    };
+    // Packets that leave now, in order: ours (by index) and released held ones (owned).
+    enum Out {
+        Ours(usize),
+        Released(usize),
+    }
+    let (mut order, mut released) = (Vec::with_capacity(bufs.len() + 2), Vec::new());
+    for (i, b) in bufs.iter().enumerate() {
+        match fate_of(f, sock, b, src, dst) {
+            Fate::Dropped | Fate::Later => continue,
+            Fate::Go => order.push(Out::Ours(i)),
+            Fate::GoTwice => order.extend([Out::Ours(i), Out::Ours(i)]),
+        }
+        if let Some(h) = HELD.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            released.push(h.buf);
+            order.push(Out::Released(released.len() - 1));
+        }
+    }
+    let now: Vec<&[u8]> = order
+        .iter()
+        .map(|o| match *o {
+            Out::Ours(i) => bufs[i],
+            Out::Released(j) => released[j].as_slice(),
+        })
+        .collect();
+    endpoint::send_all_from(sock.as_raw_fd(), &now, src, dst);
+}
+
+/// Sends one packet, through the faults if any are set.
+pub fn send(sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAddr) {
+    let Some(f) = active() else {
+        let _ = endpoint::send_from(sock.as_raw_fd(), buf, src, dst);
+        return;
+    };
+    let times = match fate_of(f, sock, buf, src, dst) {
+        Fate::Dropped | Fate::Later => return,
+        Fate::Go => 1,
+        Fate::GoTwice => 2,
+    };
+    for _ in 0..times {
         let _ = endpoint::send_from(sock.as_raw_fd(), buf, src, dst);
     }
     release_held();

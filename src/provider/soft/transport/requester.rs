@@ -16,9 +16,11 @@ const MAX_SPAN: i32 = 1 << 22;
 const MIN_CWND: u32 = 4;
 /// What the fast timer allows for each READ answer still due (ns): a busy responder's pace.
 const READ_ANSWER_NS: u64 = 20_000;
-/// The shortest fast retransmission interval (ns): below a millisecond a busy host's
-/// scheduling alone delays answers that long.
-const FAST_MIN: u64 = 1_000_000;
+/// The shortest fast retransmission interval (ns). A busy host's scheduling alone can delay
+/// answers longer, but a fast resend only probes (one packet; a spurious one resumes where
+/// sending was), so firing early costs a packet, while a lost tail or NAK waits this long:
+/// 1,000,000 SENDs under 5% loss took 93 s with 1 ms here, 23 s with 0.2 ms.
+const FAST_MIN: u64 = 200_000;
 
 /// One posted work request and how far it has been acknowledged.
 #[derive(Clone, Copy, Debug)]
