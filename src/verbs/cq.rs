@@ -360,11 +360,21 @@ impl Cq {
     /// Runs the QPs feeding this CQ. The list lock is a leaf: a snapshot is taken and the lock
     /// dropped before any QP lock is taken.
     fn progress_qps(&self) {
-        let qps: Vec<Arc<Qp>> = {
+        // Taken out of the lock first (progress may complete onto this CQ); on the stack for
+        // the usual few QPs, so a poll allocates nothing.
+        const ON_STACK: usize = 8;
+        let mut few: [Option<Arc<Qp>>; ON_STACK] = Default::default();
+        let mut more: Vec<Arc<Qp>> = Vec::new();
+        {
             let l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-            l.iter().filter_map(|w| w.upgrade()).collect()
-        };
-        for q in qps {
+            for (i, q) in l.iter().filter_map(|w| w.upgrade()).enumerate() {
+                match few.get_mut(i) {
+                    Some(slot) => *slot = Some(q),
+                    None => more.push(q),
+                }
+            }
+        }
+        for q in few.iter().flatten().chain(more.iter()) {
             q.progress_now();
         }
     }

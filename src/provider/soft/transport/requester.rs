@@ -22,6 +22,14 @@ const READ_ANSWER_NS: u64 = 20_000;
 /// 1,000,000 SENDs under 5% loss took 93 s with 1 ms here, 23 s with 0.2 ms.
 const FAST_MIN: u64 = 200_000;
 
+/// A probe in flight: its PSN, and the window it replaced.
+#[derive(Clone, Copy, Debug)]
+struct Probe {
+    psn: u32,
+    cwnd: u32,
+    ssthresh: u32,
+}
+
 /// One posted work request and how far it has been acknowledged.
 #[derive(Clone, Copy, Debug)]
 struct Wqe {
@@ -89,7 +97,9 @@ pub struct Requester {
     /// After a timeout: the PSN resent as a probe. If the next progress acknowledges more than
     /// the probe, packets never resent since the timeout got there: nothing was lost, the
     /// timeout was spurious, and sending resumes where it was (no window of duplicates).
-    probe: Option<u32>,
+    /// With the window and `ssthresh` it had before: a spurious probe gives them back (a
+    /// whole window would feed the next real loss's go-back-N).
+    probe: Option<Probe>,
     /// Smoothed round trip (ns), sampled from packets sent once and acknowledged (Karn).
     srtt: Option<u64>,
     /// The first transmission being timed: (its PSN, when it left).
@@ -202,6 +212,15 @@ impl Requester {
         })
     }
 
+    /// Resends one packet (`una`) and waits for its answer: the window shrinks to it and half
+    /// of it becomes `ssthresh`, both given back if the probe proves nothing was lost.
+    fn start_probe(&mut self) {
+        let before = self.probe.map_or((self.cwnd, self.ssthresh), |p| (p.cwnd, p.ssthresh));
+        self.ssthresh = (self.limit() / 2).max(MIN_CWND);
+        self.cwnd = 1;
+        self.probe = Some(Probe { psn: self.una, cwnd: before.0, ssthresh: before.1 });
+    }
+
     /// Whether the fast timer may probe now: while the oldest unfinished request is a READ or
     /// an atomic, once per stretch without progress. Probing one asks again for everything not
     /// yet answered, so a responder still sending a long READ's answers (only paused) sends
@@ -269,9 +288,7 @@ impl Requester {
                 self.stats.timeouts += 1;
                 self.timed = None;
                 self.snd = self.una;
-                self.ssthresh = (self.cwnd / 2).max(MIN_CWND);
-                self.cwnd = 1;
-                self.probe = Some(self.una);
+                self.start_probe();
             }
         }
         if let Some(f) = self.fast {
@@ -286,9 +303,7 @@ impl Requester {
                 self.stats.fast_resends += 1;
                 self.snd = self.una;
                 self.timed = None;
-                self.ssthresh = (self.limit() / 2).max(MIN_CWND);
-                self.cwnd = 1;
-                self.probe = Some(self.una);
+                self.start_probe();
                 self.fast_backoff += 1;
                 self.fast = self.fast_interval().map(|i| now.saturating_add(i));
             }
@@ -628,9 +643,9 @@ impl Requester {
         }
         .min(self.cfg.window.max(1));
         if let Some(probe) = self.probe.take() {
-            if psn::diff(self.una, probe) > 1 {
-                self.cwnd = self.cfg.window.max(1);
-                self.ssthresh = self.cwnd;
+            if psn::diff(self.una, probe.psn) > 1 {
+                self.cwnd = probe.cwnd;
+                self.ssthresh = probe.ssthresh;
                 self.snd = self.sent_hi;
             }
         }
