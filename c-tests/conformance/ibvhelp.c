@@ -174,9 +174,19 @@ int ih_ud_ready(struct ibv_qp *qp, char *err, size_t errlen)
 
 int ih_pair_make(struct ih_dev *d, struct ih_pair *p, enum ibv_qp_type type, int access)
 {
+	return ih_pair_make_on(d, p, type, access, NULL, NULL);
+}
+
+int ih_pair_make_on(struct ih_dev *d, struct ih_pair *p, enum ibv_qp_type type, int access, struct ibv_cq *cq0,
+		    struct ibv_cq *cq1)
+{
 	memset(p, 0, sizeof *p);
 	for (int i = 0; i < 2; i++) {
-		p->cq[i] = ibv_create_cq(d->ctx, 64, NULL, NULL, 0);
+		p->cq[i] = i ? cq1 : cq0;
+		if (!p->cq[i]) {
+			p->cq[i] = ibv_create_cq(d->ctx, 64, NULL, NULL, 0);
+			p->own_cq[i] = 1;
+		}
 		if (!p->cq[i])
 			return fail(d->err, sizeof d->err, "ibv_create_cq: %s", conf_errname(errno));
 		struct ibv_qp_init_attr a = ih_qp_attr(type, p->cq[i], 16);
@@ -199,7 +209,7 @@ void ih_pair_destroy(struct ih_pair *p)
 	for (int i = 0; i < 2; i++) {
 		if (p->qp[i])
 			ibv_destroy_qp(p->qp[i]);
-		if (p->cq[i])
+		if (p->cq[i] && p->own_cq[i])
 			ibv_destroy_cq(p->cq[i]);
 		p->qp[i] = NULL;
 		p->cq[i] = NULL;
@@ -241,6 +251,8 @@ int ih_post_send(struct ibv_qp *qp, enum ibv_wr_opcode op, void *buf, uint32_t l
 	if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
 		wr.wr.atomic.remote_addr = raddr;
 		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = 1;
+		wr.wr.atomic.swap = 2;
 	} else {
 		wr.wr.rdma.remote_addr = raddr;
 		wr.wr.rdma.rkey = rkey;

@@ -18,7 +18,7 @@
 #include <infiniband/verbs.h>
 
 #define IH_WAIT_MS 5000 /* how long an expected completion or event may take */
-#define IH_QUIET_MS 150 /* how long "no completion / no event" is watched */
+#define IH_QUIET_MS 100 /* how long "no completion / no event" is watched */
 
 /* Opens the first device of the list (soft0 under rdmashim). NULL with err on failure. */
 struct ibv_context *ih_open(char *err, size_t errlen);
@@ -56,8 +56,12 @@ int ih_ud_ready(struct ibv_qp *qp, char *err, size_t errlen);
 struct ih_pair {
 	struct ibv_cq *cq[2];
 	struct ibv_qp *qp[2];
+	int own_cq[2];
 };
 int ih_pair_make(struct ih_dev *d, struct ih_pair *p, enum ibv_qp_type type, int access);
+/* The same, QP i on the caller's CQ cq_i (which ih_pair_destroy leaves alone) when not NULL. */
+int ih_pair_make_on(struct ih_dev *d, struct ih_pair *p, enum ibv_qp_type type, int access, struct ibv_cq *cq0,
+		    struct ibv_cq *cq1);
 void ih_pair_destroy(struct ih_pair *p);
 
 /* A registered buffer (malloc'ed, zeroed). */
@@ -69,8 +73,8 @@ struct ih_buf {
 int ih_buf_make(struct ih_dev *d, struct ih_buf *b, size_t len, int access);
 void ih_buf_free(struct ih_buf *b);
 
-/* Posts one work request with one SGE (none when len is 0), signaled. Returns ibv_post_send's
- * result. */
+/* Posts one work request with one SGE (none when len is 0), signaled. Atomics: fetch-and-add
+ * adds 1, compare-and-swap swaps in 2 where the word is 1. Returns ibv_post_send's result. */
 int ih_post_send(struct ibv_qp *qp, enum ibv_wr_opcode op, void *buf, uint32_t len, uint32_t lkey,
 		 uint64_t raddr, uint32_t rkey, uint64_t wr_id);
 int ih_post_recv(struct ibv_qp *qp, void *buf, uint32_t len, uint32_t lkey, uint64_t wr_id);

@@ -321,6 +321,8 @@ impl Qp {
     }
 
     pub fn destroy(p: *mut ibv_qp) -> Result<()> {
+        objects().qps.get(p)?;
+        super::async_event::wait_acked(p as usize);
         let qp = objects().qps.remove(p).ok_or(Errno::EINVAL)?;
         qp.transport.destroy();
         Ok(())
