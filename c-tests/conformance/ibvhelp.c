@@ -271,6 +271,35 @@ int ih_post_recv(struct ibv_qp *qp, void *buf, uint32_t len, uint32_t lkey, uint
 	return ibv_post_recv(qp, &wr, &bad);
 }
 
+struct ibv_ah *ih_ah(struct ih_dev *d, const union ibv_gid *gid)
+{
+	struct ibv_ah_attr a;
+	memset(&a, 0, sizeof a);
+	a.is_global = 1;
+	a.grh.dgid = *gid;
+	a.grh.sgid_index = (uint8_t)d->gid_index;
+	a.grh.hop_limit = 1;
+	a.port_num = 1;
+	return ibv_create_ah(d->pd, &a);
+}
+
+int ih_post_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, void *buf, uint32_t len, uint32_t lkey,
+	       uint64_t wr_id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = IH_QKEY;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
 int ih_poll(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 {
 	long long end = ih_now_ms() + ms;

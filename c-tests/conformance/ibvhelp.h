@@ -79,6 +79,13 @@ int ih_post_send(struct ibv_qp *qp, enum ibv_wr_opcode op, void *buf, uint32_t l
 		 uint64_t raddr, uint32_t rkey, uint64_t wr_id);
 int ih_post_recv(struct ibv_qp *qp, void *buf, uint32_t len, uint32_t lkey, uint64_t wr_id);
 
+/* An address handle to GID `gid` (the helpers' port and GID index), NULL on failure. */
+struct ibv_ah *ih_ah(struct ih_dev *d, const union ibv_gid *gid);
+
+/* Posts one UD SEND of len bytes from buf/lkey to qpn through ah (qkey IH_QKEY), signaled. */
+int ih_post_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, void *buf, uint32_t len, uint32_t lkey,
+	       uint64_t wr_id);
+
 /* One completion within ms: 1 got it, 0 timeout, -1 poll error. */
 int ih_poll(struct ibv_cq *cq, struct ibv_wc *wc, int ms);
 
