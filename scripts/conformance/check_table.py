@@ -5,8 +5,12 @@ conformance programs and xfail.txt disagree.
   check_table.py --doc docs/CONFORMANCE.md --tests c-tests/conformance --xfail XFAIL --pages P...
 
 Checks:
-  * every section-3 man page of librdmacm-dev (dpkg -L) has a program <page>.c and is in the
-    meson page list (--pages); every program is in the list; every listed page has a program;
+  * every section-3 man page of librdmacm-dev (dpkg -L) and every generic one of libibverbs-dev
+    (vendor pages mlx5dv_*, mlx4dv_*, efadv_*, manadv_*, hns* excluded; an alias page, a symlink
+    or `.so` page such as ibv_dereg_mr, counts as the page it points at) has a program
+    <page>.c and is in the meson page list (--pages), or is named in the paragraph "Pages
+    without a program yet" of the doc (and then has no program); every program is in the
+    list; every listed page has a program;
   * every clause a program declares (CLAUSE("ID", ...)) has a row, and every row names a clause
     its page's program declares, and the program file in its Test column;
   * the Status column is one of: pass | FAIL | xfail #N | xfail (no issue), and says
@@ -38,11 +42,30 @@ def main():
     man = conftable.installed_man3_pages()
     if not man:
         problems.append("could not list the man pages of librdmacm-dev (dpkg -L librdmacm-dev)")
-    for p in man:
+    ibv = conftable.installed_ibverbs_pages()
+    if not ibv:
+        problems.append("could not list the man pages of libibverbs-dev (dpkg -L libibverbs-dev)")
+    aliases = {a: p for p, al in ibv.items() for a in al}
+    pending = conftable.pending_pages(args.doc)
+    for p in pending:
+        if p not in ibv and p not in man:
+            problems.append(f"'Pages without a program yet' names {p}(3), which is no installed page"
+                            + (f" (it is an alias of {aliases[p]}(3))" if p in aliases else ""))
+        if p in files or p in listed:
+            problems.append(f"'Pages without a program yet' names {p}(3), which has a program now: "
+                            "remove it from that paragraph")
+    for p in man + sorted(ibv):
+        if p in pending:
+            continue
         if p not in files:
-            problems.append(f"man page {p}(3) has no test program c-tests/conformance/{p}.c")
+            problems.append(f"man page {p}(3) has no test program c-tests/conformance/{p}.c "
+                            "(nor is it in the doc's 'Pages without a program yet')")
         if p not in listed:
-            problems.append(f"man page {p}(3) is not in conf_pages of c-tests/conformance/meson.build")
+            problems.append(f"man page {p}(3) is not in the page lists of c-tests/conformance/meson.build")
+    for p in files:
+        if p in aliases:
+            problems.append(f"c-tests/conformance/{p}.c: {p}(3) is an alias page of {aliases[p]}(3); "
+                            f"its clauses belong in {aliases[p]}.c")
     for p in listed:
         if p not in files:
             problems.append(f"page {p} is listed in meson.build but c-tests/conformance/{p}.c does not exist")
@@ -107,7 +130,8 @@ def main():
             print(f"check_table: FAIL: {p}")
         print(f"check_table: {len(problems)} problem(s)")
         return 1
-    print(f"check_table: OK: {len(man)} man pages (section 3), {len(files)} test programs, "
+    print(f"check_table: OK: {len(man)} librdmacm and {len(ibv)} libibverbs man pages (section 3; "
+          f"{len(pending)} without a program yet), {len(files)} test programs, "
           f"{nclauses} clauses, {len(rows)} table rows, {len(xf)} expected failures")
     return 0
 

@@ -159,6 +159,10 @@ entry! {
         if size < std::mem::size_of::<ibv_gid_entry>() {
             return Err(Errno::EINVAL);
         }
+        // An index beyond the table is invalid; ENODATA is for an empty entry inside it.
+        if index as usize >= device::GID_TABLE_LEN {
+            return Err(Errno::EINVAL);
+        }
         // SAFETY: entry is NULL or valid for writes.
         let e = unsafe { out(entry) }?;
         let g = device::gid_lookup(|t| t.get(index as usize)).ok_or(Errno::ENODATA)?;
@@ -166,7 +170,7 @@ entry! {
         e.gid_index = index;
         e.port_num = port;
         e.gid_type = IBV_GID_TYPE_ROCE_V2;
-        e.ndev_ifindex = 1;
+        e.ndev_ifindex = device::gid_ifindex(&g);
         Ok(())
     }
 
@@ -187,7 +191,7 @@ entry! {
             e.gid_index = i as u32;
             e.port_num = device::PORT as u32;
             e.gid_type = IBV_GID_TYPE_ROCE_V2;
-            e.ndev_ifindex = 1;
+            e.ndev_ifindex = device::gid_ifindex(g);
         }
         Ok(table.len() as isize)
     }
@@ -499,6 +503,9 @@ entry! {
         // SAFETY: event is NULL or valid for writes.
         let e = unsafe { out(event) }?;
         let (kind, el) = c.events.pop_wait()?;
+        if let Some(obj) = crate::verbs::async_event::affiliated(kind, el) {
+            crate::verbs::async_event::delivered(obj);
+        }
         e.event_type = kind;
         e.element = match el {
             Element::Qp(p) => ibv_async_event_element_t { qp: p as *mut ibv_qp },
@@ -510,8 +517,20 @@ entry! {
     }
 
     fn ibv_ack_async_event(event: *mut ibv_async_event) -> Nothing {
+        use crate::verbs::async_event::{acked, affiliated, Element};
         if event.is_null() {
             return Err(Errno::EINVAL);
+        }
+        // SAFETY: event is non-NULL and, per the man page, an event ibv_get_async_event filled.
+        let e = unsafe { &*event };
+        // SAFETY: every member of the element union is a plain pointer or int; reading the
+        // pointer members is sound for any bits (they are only compared, never dereferenced).
+        let (qp, srq, cq) = unsafe { (e.element.qp as usize, e.element.srq as usize, e.element.cq as usize) };
+        let el = [Element::Qp(qp), Element::Srq(srq), Element::Cq(cq)]
+            .into_iter()
+            .find_map(|el| affiliated(e.event_type, el));
+        if let Some(obj) = el {
+            acked(obj);
         }
         Ok(())
     }
@@ -643,16 +662,21 @@ entry! {
         }))
     }
 
+    // The values are rdma-core 44's (enum ibv_rate is not in rate order: IBV_RATE_5_GBPS = 5
+    // comes after IBV_RATE_30_GBPS = 4); the conformance pages ibv_rate_to_mult(3) and
+    // ibv_rate_to_mbps(3) check every one of them.
     fn ibv_rate_to_mult(rate: c_uint) -> Infallible<c_int> {
         Ok(match rate {
-            2 => 1, 6 => 2, 3 => 4, 4 => 8, 7 => 12, 8 => 16, 9 => 24, 10 => 32, 11 => 48,
-            5 => 0, _ => -1,
+            2 => 1, 5 => 2, 3 => 4, 6 => 8, 4 => 12, 7 => 16, 8 => 24, 9 => 32, 10 => 48,
+            19 => 11, 20 => 20, 21 => 160, 22 => 240, 23 => 320, 24 => 480,
+            _ => -1,
         })
     }
 
     fn mult_to_ibv_rate(mult: c_int) -> Infallible<c_uint> {
         Ok(match mult {
-            1 => 2, 2 => 6, 4 => 3, 8 => 4, 12 => 7, 16 => 8, 24 => 9, 32 => 10, 48 => 11,
+            1 => 2, 2 => 5, 4 => 3, 8 => 6, 12 => 4, 16 => 7, 24 => 8, 32 => 9, 48 => 10,
+            11 => 19, 20 => 20, 160 => 21, 240 => 22, 320 => 23, 480 => 24,
             _ => 0,
         })
     }
@@ -661,8 +685,8 @@ entry! {
         Ok(match rate {
             2 => 2500, 5 => 5000, 3 => 10000, 6 => 20000, 4 => 30000, 7 => 40000, 8 => 60000,
             9 => 80000, 10 => 120000, 11 => 14062, 12 => 56250, 13 => 112500, 14 => 168750,
-            15 => 25781, 16 => 103125, 17 => 206250, 18 => 309375, 19 => 50000, 20 => 400000,
-            21 => 600000, 22 => 200000, 23 => 800000, 24 => 1200000,
+            15 => 25781, 16 => 103125, 17 => 206250, 18 => 309375, 19 => 28125, 20 => 53125,
+            21 => 425000, 22 => 637500, 23 => 850000, 24 => 1275000,
             _ => -1,
         })
     }
@@ -671,8 +695,8 @@ entry! {
         Ok(match mbps {
             2500 => 2, 5000 => 5, 10000 => 3, 20000 => 6, 30000 => 4, 40000 => 7, 60000 => 8,
             80000 => 9, 120000 => 10, 14062 => 11, 56250 => 12, 112500 => 13, 168750 => 14,
-            25781 => 15, 103125 => 16, 206250 => 17, 309375 => 18, 50000 => 19, 400000 => 20,
-            600000 => 21, 200000 => 22, 800000 => 23, 1200000 => 24,
+            25781 => 15, 103125 => 16, 206250 => 17, 309375 => 18, 28125 => 19, 53125 => 20,
+            425000 => 21, 637500 => 22, 850000 => 23, 1275000 => 24,
             _ => 0,
         })
     }

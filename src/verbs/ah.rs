@@ -17,7 +17,12 @@ impl Ah {
     /// `EINVAL` without a GRH (the port is RoCE: hardware and rxe refuse such an AH, as there
     /// is no LID to route by) or on a port other than 1.
     pub fn create(pd: Arc<Pd>, attr: &ibv_ah_attr) -> Result<*mut ibv_ah> {
-        if attr.is_global == 0 || attr.port_num != 1 {
+        // A source GID index beyond the port's table is invalid (conformance: ibv_create_ah
+        // ERR-ATTR).
+        if attr.is_global == 0
+            || attr.port_num != 1
+            || attr.grh.sgid_index as usize >= super::device::GID_TABLE_LEN
+        {
             return Err(Errno::EINVAL);
         }
         let mut raw: CBox<ibv_ah> = CBox::zeroed();

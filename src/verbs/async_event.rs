@@ -9,6 +9,7 @@
 
 use crate::runtime::fdqueue::FdQueue;
 use crate::sys::*;
+use std::sync::{Condvar, Mutex};
 
 /// The object an event is about, by the address of its C struct.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,3 +22,65 @@ pub enum Element {
 
 /// The async events of a context; its descriptor is `async_fd`.
 pub type AsyncQueue = FdQueue<(ibv_event_type, Element)>;
+
+/// Events `ibv_get_async_event` handed out and `ibv_ack_async_event` has not acknowledged yet,
+/// per object (the address of its C struct). Destroying a QP, SRQ or CQ waits until its count
+/// is 0, so that no event for it is read after it is gone (ibv_get_async_event(3), NOTES;
+/// conformance: ibv_get_async_event NOTE-DESTROY-WAITS).
+static UNACKED: Mutex<Vec<(usize, u32)>> = Mutex::new(Vec::new());
+static ACKED: Condvar = Condvar::new();
+
+fn unacked() -> std::sync::MutexGuard<'static, Vec<(usize, u32)>> {
+    UNACKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The object an event of this type is affiliated with, if any (rdma-core's rule: the
+/// event type says which member of the element union is valid).
+pub fn affiliated(kind: ibv_event_type, el: Element) -> Option<usize> {
+    use ibv_event_type::*;
+    match (kind, el) {
+        (IBV_EVENT_CQ_ERR, Element::Cq(p)) => Some(p),
+        (
+            IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED,
+            Element::Qp(p),
+        ) => Some(p),
+        (IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED, Element::Srq(p)) => Some(p),
+        _ => None,
+    }
+}
+
+/// An event for `obj` was handed to the application.
+pub fn delivered(obj: usize) {
+    let mut v = unacked();
+    match v.iter_mut().find(|(o, _)| *o == obj) {
+        Some((_, n)) => *n += 1,
+        None => v.push((obj, 1)),
+    }
+}
+
+/// The application acknowledged an event for `obj` (an ack without a delivery is ignored).
+pub fn acked(obj: usize) {
+    let mut v = unacked();
+    if let Some(i) = v.iter().position(|(o, _)| *o == obj) {
+        v[i].1 -= 1;
+        if v[i].1 == 0 {
+            v.swap_remove(i);
+        }
+        ACKED.notify_all();
+    }
+}
+
+/// Waits until every event handed out for `obj` has been acknowledged.
+pub fn wait_acked(obj: usize) {
+    let mut v = unacked();
+    while v.iter().any(|(o, _)| *o == obj) {
+        v = ACKED.wait(v).unwrap_or_else(|e| e.into_inner());
+    }
+}

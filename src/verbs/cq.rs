@@ -242,30 +242,45 @@ impl Cq {
         Ok(p)
     }
 
-    /// Destroys the CQ once every event read from its channel has been acknowledged.
+    /// Destroys the CQ once every event read from its channel has been acknowledged. The CQ
+    /// stays registered while it waits, so that another thread's `ibv_ack_cq_events` reaches
+    /// it (conformance: ibv_get_cq_event NOTE-DESTROY-WAITS).
     pub fn destroy(p: *mut ibv_cq) -> Result<()> {
         let cq = objects().cqs.get(p)?;
-        if objects()
-            .qps
-            .values()
-            .iter()
-            .any(|q| Arc::ptr_eq(&q.send_cq, &cq) || Arc::ptr_eq(&q.recv_cq, &cq))
-        {
+        let busy = || {
+            objects()
+                .qps
+                .values()
+                .iter()
+                .any(|q| Arc::ptr_eq(&q.send_cq, &cq) || Arc::ptr_eq(&q.recv_cq, &cq))
+        };
+        if busy() {
             return Err(Errno::EBUSY);
         }
-        objects().cqs.remove(p);
+        {
+            let mut st = cq.st.lock().unwrap_or_else(|e| e.into_inner());
+            if st.armed != 0 {
+                ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
+                st.armed = 0;
+            }
+            st.destroying = true;
+            while st.events_acked < st.events_read {
+                st = cq.acked.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        // A QP created on the CQ while it waited keeps it.
+        if busy() {
+            cq.st.lock().unwrap_or_else(|e| e.into_inner()).destroying = false;
+            return Err(Errno::EBUSY);
+        }
+        super::async_event::wait_acked(p as usize);
+        if objects().cqs.remove(p).is_none() {
+            // Another thread destroyed it meanwhile.
+            return Err(Errno::EINVAL);
+        }
         if let Some(c) = &cq.channel {
             c.forget(p as usize);
             c.refcnt().fetch_sub(1, Ordering::Relaxed);
-        }
-        let mut st = cq.st.lock().unwrap_or_else(|e| e.into_inner());
-        if st.armed != 0 {
-            ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
-            st.armed = 0;
-        }
-        st.destroying = true;
-        while st.events_acked < st.events_read {
-            st = cq.acked.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         Ok(())
     }

@@ -57,6 +57,11 @@ pub fn is_device(p: *const ibv_device) -> bool {
 
 pub use crate::runtime::ifaddrs::local_addresses;
 
+/// The interface index of the net device behind a GID (0 if no interface holds its address).
+pub fn gid_ifindex(gid: &[u8; 16]) -> u32 {
+    crate::runtime::ifaddrs::ifindex_of(ip_of_gid(gid))
+}
+
 /// The GID of an IP address: IPv4-mapped for IPv4, the address itself for IPv6.
 pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     match ip {
@@ -282,4 +287,7 @@ pub fn port_attr(a: &mut ibv_port_attr) {
     a.active_speed = 32; // 25 Gb/s per lane
     a.phys_state = 5; // LinkUp
     a.link_layer = LINK_LAYER_ETHERNET;
+    // IBV_QPF_GRH_REQUIRED: a RoCE port routes by GID only, so ibv_create_ah refuses an AH
+    // without a GRH (conformance: ibv_query_port FLAG-GRH-REQUIRED).
+    a.flags = 1;
 }

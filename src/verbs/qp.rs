@@ -47,6 +47,9 @@ pub struct Qp {
     sq_retired: AtomicU64,
     /// Shared with the event sink: run when the QP moves to ERR because of an error.
     on_fatal: Arc<OnceLock<FatalHook>>,
+    /// The multicast groups the QP is attached to: `ibv_destroy_qp` refuses (`EBUSY`) while
+    /// there is one, as ibv_create_qp(3) says.
+    mcast: Mutex<Vec<[u8; 16]>>,
 }
 
 /// The QP's async events and the state mirrored into the `ibv_qp` C reads.
@@ -236,11 +239,16 @@ impl Qp {
             // XRC, raw packet and driver QPs are not implemented: refuse clearly.
             _ => return Err(Errno::EOPNOTSUPP),
         }
+        // Only RC and UD QPs take an SRQ (ibv_create_qp(3), NOTES).
+        if srq.is_some() && attr.qp_type == ibv_qp_type::IBV_QPT_UC {
+            return Err(Errno::EINVAL);
+        }
         let c = &mut attr.cap;
+        // With an SRQ, max_recv_wr and max_recv_sge are ignored.
         if c.max_send_wr > device::MAX_QP_WR
             || (srq.is_none() && c.max_recv_wr > device::MAX_QP_WR)
             || c.max_send_sge > device::MAX_SGE
-            || c.max_recv_sge > device::MAX_SGE
+            || (srq.is_none() && c.max_recv_sge > device::MAX_SGE)
             || c.max_inline_data > device::MAX_INLINE
         {
             return Err(Errno::EINVAL);
@@ -312,6 +320,7 @@ impl Qp {
             sq_posted: AtomicU64::new(0),
             sq_retired: AtomicU64::new(0),
             on_fatal,
+            mcast: Mutex::new(Vec::new()),
         });
         let w = Arc::downgrade(&qp);
         send_cq.attach(w.clone());
@@ -321,6 +330,10 @@ impl Qp {
     }
 
     pub fn destroy(p: *mut ibv_qp) -> Result<()> {
+        if !lock(&objects().qps.get(p)?.mcast).is_empty() {
+            return Err(Errno::EBUSY);
+        }
+        super::async_event::wait_acked(p as usize);
         let qp = objects().qps.remove(p).ok_or(Errno::EINVAL)?;
         qp.transport.destroy();
         Ok(())
@@ -343,12 +356,19 @@ impl Qp {
         if self.qp_type != ibv_qp_type::IBV_QPT_UD {
             return Err(Errno::EINVAL);
         }
-        self.transport.attach_mcast(gid)
+        self.transport.attach_mcast(gid)?;
+        let mut m = lock(&self.mcast);
+        if !m.contains(&gid) {
+            m.push(gid);
+        }
+        Ok(())
     }
 
     /// `ibv_detach_mcast`: `EINVAL` if not attached.
     pub fn detach_mcast(&self, gid: [u8; 16]) -> Result<()> {
-        self.transport.detach_mcast(gid)
+        self.transport.detach_mcast(gid)?;
+        lock(&self.mcast).retain(|g| *g != gid);
+        Ok(())
     }
 
     pub fn state(&self) -> u32 {
@@ -463,6 +483,14 @@ fn check_modify(
         return Err(Errno::EINVAL);
     }
     if mask & M_PORT != 0 && attr.port_num != device::PORT {
+        return Err(Errno::EINVAL);
+    }
+    // The port is RoCE (IBV_QPF_GRH_REQUIRED): an address vector needs a GRH.
+    if mask & M_AV != 0 && attr.ah_attr.is_global == 0 {
+        return Err(Errno::EINVAL);
+    }
+    // No alternate paths (IBV_DEVICE_AUTO_PATH_MIG is not advertised).
+    if mask & M_ALT_PATH != 0 {
         return Err(Errno::EINVAL);
     }
     if mask & M_PKEY != 0 && attr.pkey_index != 0 {

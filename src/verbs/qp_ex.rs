@@ -22,7 +22,7 @@ use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::mem::offset_of;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 
 /// `send_ops_flags` this provider implements.
 pub const SUPPORTED_SEND_OPS: u64 = (ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE.0
@@ -77,7 +77,26 @@ pub fn check_create_attr(a: &ibv_qp_init_attr_ex) -> Result<CreateEx> {
     {
         return Err(Errno::EOPNOTSUPP);
     }
+    // The operations the QP's transport takes (ibv_wr_post(3)'s table): a QP is not created
+    // with ones it cannot do (conformance: ibv_wr_post USAGE-UNSUPPORTED).
+    if a.comp_mask & m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0 != 0
+        && a.send_ops_flags & !send_ops_of(a.qp_type) != 0
+    {
+        return Err(Errno::EOPNOTSUPP);
+    }
     Ok(ex)
+}
+
+/// The supported send operations a QP type takes.
+fn send_ops_of(qp_type: u32) -> u64 {
+    use ibv_qp_create_send_ops_flags as f;
+    let send = (f::IBV_QP_EX_WITH_SEND.0 | f::IBV_QP_EX_WITH_SEND_WITH_IMM.0) as u64;
+    let write = (f::IBV_QP_EX_WITH_RDMA_WRITE.0 | f::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM.0) as u64;
+    match qp_type {
+        ibv_qp_type::IBV_QPT_UD => send,
+        ibv_qp_type::IBV_QPT_UC => send | write,
+        _ => SUPPORTED_SEND_OPS,
+    }
 }
 
 // Every field after `wr_flags` is a function pointer (`enable` copies that tail).
@@ -89,6 +108,10 @@ const _: () = {
 #[derive(Default)]
 struct Pending {
     open: bool,
+    /// The thread inside the critical region `wr_start` opened (until its `wr_complete` or
+    /// `wr_abort`): another thread's `wr_start` waits for it, as ibv_wr_post(3) promises
+    /// (CONCURRENCY; conformance: ibv_wr_post CONCURRENCY).
+    owner: Option<std::thread::ThreadId>,
     wrs: Vec<SendWr>,
     error: Option<Errno>,
 }
@@ -98,6 +121,8 @@ pub struct QpEx {
     qp: Weak<Qp>,
     addr: usize,
     pending: Mutex<Pending>,
+    /// Signalled when the critical region is left.
+    left: Condvar,
 }
 
 /// QP address → posting state, for every QP enabled for the API.
@@ -134,8 +159,12 @@ pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
             )
         };
     });
-    let x =
-        Arc::new(QpEx { qp: Arc::downgrade(qp), addr, pending: Mutex::new(Pending::default()) });
+    let x = Arc::new(QpEx {
+        qp: Arc::downgrade(qp),
+        addr,
+        pending: Mutex::new(Pending::default()),
+        left: Condvar::new(),
+    });
     map.insert(addr, x.clone());
     x
 }
@@ -158,14 +187,27 @@ impl QpEx {
         f(&mut self.pending.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// `wr_start`: opens a new batch (dropping one left open).
+    /// `wr_start`: enters the QP's critical region, waiting while another thread is inside
+    /// it, and opens a new batch (dropping one this thread left open).
     pub fn start(&self) {
-        self.with(|p| *p = Pending { open: true, ..Pending::default() });
+        let me = std::thread::current().id();
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        while p.open && p.owner.is_some_and(|o| o != me) {
+            p = self.left.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        *p = Pending { open: true, owner: Some(me), ..Pending::default() };
     }
 
-    /// `wr_abort`: drops the batch.
+    /// Leaves the critical region: the batch is taken (and the region free for others).
+    fn leave(&self) -> Pending {
+        let p = self.with(std::mem::take);
+        self.left.notify_all();
+        p
+    }
+
+    /// `wr_abort`: drops the batch and leaves the critical region.
     pub fn abort(&self) {
-        self.with(|p| *p = Pending::default());
+        self.leave();
     }
 
     /// Remembers an error for `wr_complete` (the first one wins).
@@ -235,7 +277,7 @@ impl QpEx {
 
     /// `wr_complete`: posts the batch, 0 or an errno (see the module comment).
     pub fn complete(&self) -> Result<()> {
-        let p = self.with(std::mem::take);
+        let p = self.leave();
         if !p.open {
             return Err(Errno::EINVAL);
         }

@@ -68,7 +68,8 @@ impl Srq {
         {
             return Err(Errno::EBUSY);
         }
-        objects().srqs.remove(p);
+        super::async_event::wait_acked(p as usize);
+        objects().srqs.remove(p).ok_or(Errno::EINVAL)?;
         Ok(())
     }
 
