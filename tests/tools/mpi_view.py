@@ -35,6 +35,7 @@ import tempfile
 failures = []
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALLOWED = ("rc_verbs/soft0:1", "ud_verbs/soft0:1", "self/memory0")
+TMP = None  # this run's temporary directory
 
 
 def check(cond, what):
@@ -88,32 +89,38 @@ def run(cmd, env, timeout):
         return None, out
 
 
-def mpirun(tool, mode, tls, prog, args, env):
+def mpirun(tool, mode, tls, prog, args, env, logs=None):
+    """mpirun's exit status and output; with logs (a directory), each rank's UCX log goes to a
+    file of its own there: in mpirun's output the two ranks' lines can interleave."""
+    log = ["-x", f"UCX_LOG_FILE={logs}/ucx.%p.log"] if logs else []
     cmd = [tool, "run", "--mode", mode, "--", "mpirun", "--allow-run-as-root", "--oversubscribe",
            "-np", "2", "--mca", "pml", "ucx", "--mca", "osc", "ucx",
            "--mca", "btl", "^openib,vader,tcp",
-           "-x", f"UCX_TLS={tls}", "-x", "UCX_LOG_LEVEL=info", prog, *args]
+           "-x", f"UCX_TLS={tls}", "-x", "UCX_LOG_LEVEL=info", *log, prog, *args]
     return run(cmd, env, 300)
 
 
-def peer_lanes(out):
-    """{pid: [(kind, [lanes])]} of the endpoints UCX made to another worker. An endpoint with a
-    self/ lane is a rank's endpoint to itself (self reaches only its own worker); and all
-    lanes seen, for the check that nothing else appears."""
+def peer_lanes(logs):
+    """{rank's log: [(kind, [lanes])]} of the endpoints UCX made to another worker. An endpoint
+    with a self/ lane is a rank's endpoint to itself (self reaches only its own worker); and
+    all lanes seen, for the check that nothing else appears."""
     peers, every = {}, set()
-    for pid, cfg in re.findall(r"\[[^:\]]+:(\d+)\s*:\d+\]\s+ucp_worker\.c:\d+\s+UCX\s+INFO\s+"
-                               r"ep_cfg\[\d+\]: (.*)", out):
-        groups = [(k, v.split()) for k, v in re.findall(r"(\w+)\(([^)]*)\)", cfg)]
-        lanes = [l for _, ls in groups for l in ls]
-        every.update(lanes)
-        if not any(l.startswith("self/") for l in lanes):
-            peers.setdefault(pid, []).extend(groups)
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), errors="replace") as f:
+            text = f.read()
+        for cfg in re.findall(r"ucp_worker\.c:\d+\s+UCX\s+INFO\s+ep_cfg\[\d+\]: (.*)", text):
+            groups = [(k, v.split()) for k, v in re.findall(r"(\w+)\(([^)]*)\)", cfg)]
+            lanes = [l for _, ls in groups for l in ls]
+            every.update(lanes)
+            if not any(l.startswith("self/") for l in lanes):
+                peers.setdefault(name, []).extend(groups)
     return peers, every
 
 
 def netpipe(tool, mode, tls, prog, args, last, env, rma=False, integrity=False):
     what = f"{prog} {' '.join(args)} over UCX_TLS={tls} ({mode})"
-    rc, out = mpirun(tool, mode, tls, prog, args, env)
+    logs = tempfile.mkdtemp(prefix="ucx-logs-", dir=TMP)
+    rc, out = mpirun(tool, mode, tls, prog, args, env, logs)
     sizes = [int(s) for s in re.findall(r"^\s*\d+:\s+(\d+) bytes", out, re.M)]
     check(rc == 0 and sizes and sizes[-1] == last,
           f"{what}: exits 0 after its last size, {last} bytes "
@@ -122,7 +129,7 @@ def netpipe(tool, mode, tls, prog, args, last, env, rma=False, integrity=False):
         passed = len(re.findall(r"Integrity check passed", out))
         check(passed == len(sizes) and "Integrity check failed" not in out,
               f"{what}: NetPIPE's integrity check passed at every size ({passed}/{len(sizes)})")
-    peers, every = peer_lanes(out)
+    peers, every = peer_lanes(logs)
     tl = tls.split(",")[0]
     kinds = ("tag", "rma") if rma else ("tag",)
     on_soft = len(peers) == 2 and all(
@@ -136,6 +143,7 @@ def netpipe(tool, mode, tls, prog, args, last, env, rma=False, integrity=False):
           f"({'/'.join(kinds)}: {shown}; other lanes: {stray or 'none'})")
     if rc != 0 or not on_soft or stray:
         print(out[-3000:])
+        print(f"UCX's endpoints per rank: {peers}")
     return out
 
 
@@ -159,7 +167,8 @@ def main():
         # UCX finds devices in sysfs only: without the view there is nothing to run over.
         print("SKIP: this machine gives no mount namespace: " + probe.stderr.strip())
         return 77
-    tmp = tempfile.mkdtemp(prefix="rdmashim-mpi-")
+    global TMP
+    tmp = TMP = tempfile.mkdtemp(prefix="rdmashim-mpi-")
     try:
         fix = os.path.join(tmp, "mpi_info_null.so")
         subprocess.run([cc, "-shared", "-fPIC", "-o", fix, os.path.join(HERE, "mpi_info_null.c"),
