@@ -71,11 +71,12 @@ def descendants(pid):
     return out
 
 
-def run(cmd, env, timeout):
+def run(cmd, env, timeout, cwd=None):
     """(exit status or None on timeout, output). On timeout the whole tree goes: mpirun's ranks
     are not necessarily in its process group."""
+    # cwd: NetPIPE writes its np.out into the working directory.
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
+                         text=True, start_new_session=True, cwd=cwd)
     try:
         out, _ = p.communicate(timeout=timeout)
         return p.returncode, out
@@ -97,7 +98,7 @@ def mpirun(tool, mode, tls, prog, args, env, logs=None):
            "-np", "2", "--mca", "pml", "ucx", "--mca", "osc", "ucx",
            "--mca", "btl", "^openib,vader,tcp",
            "-x", f"UCX_TLS={tls}", "-x", "UCX_LOG_LEVEL=info", *log, prog, *args]
-    return run(cmd, env, 300)
+    return run(cmd, env, 300, cwd=TMP)
 
 
 def peer_lanes(logs):
