@@ -273,10 +273,12 @@ fn privatize(base: usize, len: usize, inode: u64) {
 /// `[from, from + len)` is a mapping of ours, given up on success; whatever lies in `[to, to +
 /// len)` may be replaced.
 unsafe fn move_onto(from: *mut libc::c_void, len: usize, to: usize) -> Result<(), i32> {
-    let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+    // Every argument a full register: syscall(2) passes them on as such.
+    let flags = (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED) as libc::c_ulong;
+    let (len, to_arg) = (len as libc::c_ulong, to as libc::c_ulong);
     // SAFETY: per the function's contract; the raw system call takes exactly these five
     // arguments and dereferences none of them.
-    let r = unsafe { libc::syscall(libc::SYS_mremap, from, len, len, flags, to) };
+    let r = unsafe { libc::syscall(libc::SYS_mremap, from, len, len, flags, to_arg) };
     if r as usize == to {
         Ok(())
     } else {
