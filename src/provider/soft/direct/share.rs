@@ -103,11 +103,9 @@ impl SharedMem {
         unsafe { copy_nonzero(base as *const u8, tmp.cast::<u8>(), len) };
         // SAFETY: moves our fresh mapping onto the region's pages, replacing them atomically
         // (MREMAP_FIXED unmaps what was there); the contents were copied just before.
-        let moved =
-            unsafe { libc::mremap(tmp, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, base) };
-        if moved != base as *mut libc::c_void {
-            let e = crate::errno::Errno::last().0;
-            // SAFETY: both mappings were made above with these lengths; the region is untouched.
+        if let Err(e) = unsafe { move_onto(tmp, len, base) } {
+            // SAFETY: both mappings were made above with these lengths and are still ours (a
+            // failed move leaves tmp where it was); the region is untouched.
             unsafe {
                 libc::munmap(tmp, len);
                 libc::munmap(ctl, page);
@@ -254,10 +252,37 @@ fn privatize(base: usize, len: usize, inode: u64) {
         }
         copy_nonzero(base as *const u8, tmp.cast::<u8>(), len);
         libc::mprotect(tmp, len, prot);
-        let moved = libc::mremap(tmp, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, base);
-        if moved == libc::MAP_FAILED {
-            libc::munmap(tmp, len);
+        if move_onto(tmp, len, base).is_err() {
+            libc::munmap(tmp, len); // not moved: still ours
         }
+    }
+}
+
+/// Moves the mapping `[from, from + len)` onto `[to, to + len)`, replacing what is there
+/// (`mremap` with `MREMAP_FIXED`), by the system call itself rather than libc's `mremap`: a
+/// memory hook that interposes `mremap` may not pass the new address on. UCX's does not (its
+/// libucm, loaded by every UCX program, has a four-parameter `mremap` up to 1.13 at least), so
+/// the kernel took whatever the register held as the address (NULL: in Open MPI's ranks, run
+/// as root, every region went to page 0) and `from`, which we then unmapped as if the move had
+/// failed, could by then hold another thread's mapping (a link's ring, found unmapped under a
+/// live QP). The system call also keeps these moves, after which the memory reads as before,
+/// from reaching such hooks as an unmap of the application's memory. On success the kernel
+/// returns `to` exactly; on failure nothing moved.
+///
+/// # Safety
+/// `[from, from + len)` is a mapping of ours, given up on success; whatever lies in `[to, to +
+/// len)` may be replaced.
+unsafe fn move_onto(from: *mut libc::c_void, len: usize, to: usize) -> Result<(), i32> {
+    // Every argument a full register: syscall(2) passes them on as such.
+    let flags = (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED) as libc::c_ulong;
+    let (len, to_arg) = (len as libc::c_ulong, to as libc::c_ulong);
+    // SAFETY: per the function's contract; the raw system call takes exactly these five
+    // arguments and dereferences none of them.
+    let r = unsafe { libc::syscall(libc::SYS_mremap, from, len, len, flags, to_arg) };
+    if r as usize == to {
+        Ok(())
+    } else {
+        Err(crate::errno::Errno::last().0)
     }
 }
 
