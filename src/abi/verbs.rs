@@ -159,13 +159,9 @@ entry! {
         if size < std::mem::size_of::<ibv_gid_entry>() {
             return Err(Errno::EINVAL);
         }
-        // An index beyond the table is invalid; ENODATA is for an empty entry inside it.
-        if index as usize >= device::GID_TABLE_LEN {
-            return Err(Errno::EINVAL);
-        }
+        let g = device::gid_entry(index)?;
         // SAFETY: entry is NULL or valid for writes.
         let e = unsafe { out(entry) }?;
-        let g = device::gid_lookup(|t| t.get(index as usize)).ok_or(Errno::ENODATA)?;
         e.gid.raw = g;
         e.gid_index = index;
         e.port_num = port;
@@ -503,9 +499,7 @@ entry! {
         // SAFETY: event is NULL or valid for writes.
         let e = unsafe { out(event) }?;
         let (kind, el) = c.events.pop_wait()?;
-        if let Some(obj) = crate::verbs::async_event::affiliated(kind, el) {
-            crate::verbs::async_event::delivered(obj);
-        }
+        crate::verbs::async_event::handed_out(kind, el);
         e.event_type = kind;
         e.element = match el {
             Element::Qp(p) => ibv_async_event_element_t { qp: p as *mut ibv_qp },
@@ -517,21 +511,11 @@ entry! {
     }
 
     fn ibv_ack_async_event(event: *mut ibv_async_event) -> Nothing {
-        use crate::verbs::async_event::{acked, affiliated, Element};
         if event.is_null() {
             return Err(Errno::EINVAL);
         }
         // SAFETY: event is non-NULL and, per the man page, an event ibv_get_async_event filled.
-        let e = unsafe { &*event };
-        // SAFETY: every member of the element union is a plain pointer or int; reading the
-        // pointer members is sound for any bits (they are only compared, never dereferenced).
-        let (qp, srq, cq) = unsafe { (e.element.qp as usize, e.element.srq as usize, e.element.cq as usize) };
-        let el = [Element::Qp(qp), Element::Srq(srq), Element::Cq(cq)]
-            .into_iter()
-            .find_map(|el| affiliated(e.event_type, el));
-        if let Some(obj) = el {
-            acked(obj);
-        }
+        crate::verbs::async_event::ack(unsafe { &*event });
         Ok(())
     }
 

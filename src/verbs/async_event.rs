@@ -36,7 +36,7 @@ fn unacked() -> std::sync::MutexGuard<'static, Vec<(usize, u32)>> {
 
 /// The object an event of this type is affiliated with, if any (rdma-core's rule: the
 /// event type says which member of the element union is valid).
-pub fn affiliated(kind: ibv_event_type, el: Element) -> Option<usize> {
+fn affiliated(kind: ibv_event_type, el: Element) -> Option<usize> {
     use ibv_event_type::*;
     match (kind, el) {
         (IBV_EVENT_CQ_ERR, Element::Cq(p)) => Some(p),
@@ -56,8 +56,30 @@ pub fn affiliated(kind: ibv_event_type, el: Element) -> Option<usize> {
     }
 }
 
+/// `ibv_get_async_event` hands `(kind, el)` out: an affiliated event counts until acked.
+pub fn handed_out(kind: ibv_event_type, el: Element) {
+    if let Some(obj) = affiliated(kind, el) {
+        delivered(obj);
+    }
+}
+
+/// `ibv_ack_async_event(e)`: the event's object, named by the union member its type makes
+/// valid, has one unacknowledged event less.
+pub fn ack(e: &ibv_async_event) {
+    // SAFETY: every member of the element union is a plain pointer or int; reading the pointer
+    // members is sound for any bits (they are only compared, never dereferenced).
+    let (qp, srq, cq) =
+        unsafe { (e.element.qp as usize, e.element.srq as usize, e.element.cq as usize) };
+    let obj = [Element::Qp(qp), Element::Srq(srq), Element::Cq(cq)]
+        .into_iter()
+        .find_map(|el| affiliated(e.event_type, el));
+    if let Some(obj) = obj {
+        acked(obj);
+    }
+}
+
 /// An event for `obj` was handed to the application.
-pub fn delivered(obj: usize) {
+fn delivered(obj: usize) {
     let mut v = unacked();
     match v.iter_mut().find(|(o, _)| *o == obj) {
         Some((_, n)) => *n += 1,
@@ -66,7 +88,7 @@ pub fn delivered(obj: usize) {
 }
 
 /// The application acknowledged an event for `obj` (an ack without a delivery is ignored).
-pub fn acked(obj: usize) {
+fn acked(obj: usize) {
     let mut v = unacked();
     if let Some(i) = v.iter().position(|(o, _)| *o == obj) {
         v[i].1 -= 1;

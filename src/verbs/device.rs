@@ -57,6 +57,15 @@ pub fn is_device(p: *const ibv_device) -> bool {
 
 pub use crate::runtime::ifaddrs::local_addresses;
 
+/// GID `index` of the port for `ibv_query_gid_ex`: `EINVAL` beyond the table, `ENODATA` for an
+/// empty entry inside it.
+pub fn gid_entry(index: u32) -> Result<[u8; 16]> {
+    if index as usize >= GID_TABLE_LEN {
+        return Err(Errno::EINVAL);
+    }
+    gid_lookup(|t| t.get(index as usize)).ok_or(Errno::ENODATA)
+}
+
 /// The interface index of the net device behind a GID (0 if no interface holds its address).
 pub fn gid_ifindex(gid: &[u8; 16]) -> u32 {
     crate::runtime::ifaddrs::ifindex_of(ip_of_gid(gid))

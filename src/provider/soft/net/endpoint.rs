@@ -149,29 +149,17 @@ fn wait_room(fd: RawFd) {
     unsafe { libc::poll(&mut p, 1, SEND_WAIT_MS) };
 }
 
-/// Sends datagrams to `dst` from `src`, batched: how many went (a datagram that cannot go, say
-/// for want of a route, counts as sent: a loss, like the wire's). Waits once for room in a
-/// full send buffer; what still does not fit is dropped (the transport recovers it).
-pub fn send_all_from(fd: RawFd, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) -> usize {
-    let (mut sent, mut waited) = (0, false);
-    while sent < bufs.len() {
-        match udp::send_batch_from(fd, src, dst, &bufs[sent..]) {
-            Ok(n) if n > 0 => sent += n,
-            Err(e) if e != Errno::EAGAIN => sent += 1,
-            _ if !waited => {
-                waited = true;
-                wait_room(fd);
-            }
-            _ => break,
-        }
-    }
-    sent
+/// Sends datagrams to `dst` from `src`, batched. A datagram that cannot go, say for want of a
+/// route, is a loss, like the wire's; a full send buffer is waited on once, and what still
+/// does not fit is dropped (the transport recovers it).
+pub fn send_all_from(fd: RawFd, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) {
+    // Plain batches are never refused as segmented ones can be: no Err to handle.
+    let _ = send_batches(fd, bufs.len(), |at| udp::send_batch_from(fd, src, dst, &bufs[at..]));
 }
 
 /// Sends runs of datagrams (from `udp::gso::runs`) to `dst` from `src`, each as one segmented
-/// send, like [`send_all_from`] otherwise: a run that cannot go for another reason counts as
-/// sent (a loss); one wait for room, then the rest is dropped. `Err(i)` if the kernel refused
-/// segmented sends at run `i`: runs `i..` did not go.
+/// send, as [`send_all_from`] sends datagrams. `Err(i)` if the kernel refused segmented sends
+/// at run `i`: runs `i..` did not go.
 pub fn send_runs_from(
     fd: RawFd,
     bufs: &[&[u8]],
@@ -179,9 +167,21 @@ pub fn send_runs_from(
     src: IpAddr,
     dst: SocketAddr,
 ) -> std::result::Result<(), usize> {
+    send_batches(fd, runs.len(), |at| udp::gso::send_runs_from(fd, src, dst, bufs, &runs[at..]))
+}
+
+/// Sends `count` items with `send(first)`, which sends some from `first` on and says how many:
+/// an item that fails for another reason than a full buffer counts as sent (a loss); a full
+/// buffer is waited on once, then the rest is dropped. `Err(i)` if `send` said `EOPNOTSUPP`
+/// at item `i`.
+fn send_batches(
+    fd: RawFd,
+    count: usize,
+    mut send: impl FnMut(usize) -> Result<usize>,
+) -> std::result::Result<(), usize> {
     let (mut sent, mut waited) = (0, false);
-    while sent < runs.len() {
-        match udp::gso::send_runs_from(fd, src, dst, bufs, &runs[sent..]) {
+    while sent < count {
+        match send(sent) {
             Ok(n) if n > 0 => sent += n,
             Err(e) if e == Errno::EOPNOTSUPP => return Err(sent),
             Err(e) if e != Errno::EAGAIN => sent += 1,
