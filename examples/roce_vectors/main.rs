@@ -9,11 +9,12 @@
 //!
 //! tests/wire/check_roce.py drives write and check. Addresses are 127.0.0.1 and 127.0.0.2; nothing is sent.
 
-mod pcap;
+mod udp4;
 
 use rdmashim::cm::wire::{self as cm, msgs, Cm, CmaHdr, Msg};
 use rdmashim::provider::soft::roce::opcode::{self, op, Ext};
 use rdmashim::provider::soft::roce::{self as roce, headers::*, Flow, Packet};
+use rdmashim::runtime::pcap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::process::ExitCode;
 
@@ -302,8 +303,10 @@ fn write(path: &str) -> Result<(), String> {
     let mut file = pcap::file_header();
     let mut expect = String::new();
     for (i, (ib, fields)) in vectors().iter().enumerate() {
-        let frame = pcap::udp4_frame((SRC, SRC_PORT), (DST, roce::ROCE_UDP_PORT), ib);
-        pcap::record(&mut file, i as u32, &frame);
+        let (src, dst) =
+            (SocketAddr::from((SRC, SRC_PORT)), SocketAddr::from((DST, roce::ROCE_UDP_PORT)));
+        let frame = pcap::udp_frame(src, dst, 0, ib);
+        pcap::record(&mut file, std::time::Duration::from_secs(i as u64), &frame);
         expect.push_str(&(i + 1).to_string());
         for (k, v) in fields {
             expect.push_str(&format!(" {k}={v}"));
@@ -316,7 +319,7 @@ fn write(path: &str) -> Result<(), String> {
 
 /// One frame as a receiver sees it: the flow from the headers, then the codecs.
 fn check_frame(frame: &[u8]) -> Result<String, String> {
-    let u = pcap::parse_udp4(frame)?;
+    let u = udp4::parse_udp4(frame)?;
     let mut f = Flow::new(SocketAddr::from(u.src), SocketAddr::from(u.dst)).ok_or("families")?;
     f.addrs = roce::FlowAddrs::V4 { src: u.src.0, dst: u.dst.0, id: u.id, df: u.df };
     let p = roce::decode(u.payload, &f).map_err(|e| format!("{e:?}"))?;

@@ -256,9 +256,45 @@ impl Engine {
         r.map(|_| ())
     }
 
-    /// A thread will sleep on a channel (a CQ was armed) or an application stopped polling: a
-    /// socket parked for a polling application must be read by this thread again now, not at
-    /// the next look.
+    /// An application thread reads `fd` itself from now on (it busy-polls): the progress
+    /// thread stops waking for it, as if it had parked the descriptor on finding the application
+    /// there first, without the wake-up that finding costs. One `epoll_ctl` when it was not
+    /// parked yet.
+    pub fn park(&self, fd: RawFd) {
+        let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        if !l.contains(&fd)
+            && self.parkable.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&fd)
+        {
+            l.push(fd);
+            // One-shot and no readiness asked: disarmed until re-armed (an error reported
+            // meanwhile reaches the handler, which parks it again).
+            let mut ev = libc::epoll_event { events: libc::EPOLLONESHOT as u32, u64: fd as u64 };
+            // SAFETY: valid epoll fd and event; a descriptor no longer watched only gives an
+            // error.
+            unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
+            drop(l);
+            // A parked descriptor needs the progress thread to look at it every millisecond
+            // (the application may stop polling without saying so). Pairs with the check after
+            // advertising sleep in `run`: one of the two sees the other.
+            fence(Ordering::SeqCst);
+            if self.bell.word().waiting.load(Ordering::SeqCst) & SLEEP_EPOLL != 0 {
+                self.kick();
+            }
+        }
+    }
+
+    /// The application no longer reads `fd`: its watch is armed again now, so what arrives (or
+    /// already waits) wakes the progress thread, with no kick to make it look.
+    pub fn unpark(&self, fd: RawFd) {
+        let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = l.iter().position(|&p| p == fd) {
+            l.swap_remove(i);
+            self.rearm(fd);
+        }
+    }
+
+    /// A thread will sleep on a channel (a CQ was armed): the sockets parked for a polling
+    /// application must be read by the progress thread again now, not at the next look.
     pub fn unpark_soon(&self) {
         if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             self.kick();
@@ -302,26 +338,32 @@ impl Engine {
 
     /// Asks the handlers of the parked descriptors whether to take them up; whether any stays
     /// parked.
+    ///
+    /// The list's rule, which `park` and `unpark` keep too: a descriptor leaves the list only
+    /// together with its re-arming, under the list's lock. Had a descriptor taken up here been
+    /// removed later by what it was (the application may unpark and park it again meanwhile,
+    /// disarming it), it could stay disarmed with nobody looking at it.
     fn check_parked(&self) -> bool {
-        // The list stays as it is while the handlers are asked (a copy is walked): `unpark_soon`
-        // must never find it empty while a descriptor is still parked.
+        // The handlers are asked with the lock released (a copy is walked): an application
+        // parking or unparking meanwhile must not wait for them.
         let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut taken = Vec::new();
         for fd in parked {
             let h = self.parkable.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned();
-            let Some(h) = h else {
-                taken.push(fd); // unwatched meanwhile
-                continue;
-            };
-            if !matches!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(0))), Ok(false))
-            {
-                self.rearm(fd);
-                taken.push(fd);
+            let take = h.is_none_or(|h| {
+                !matches!(
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(0))),
+                    Ok(false)
+                )
+            });
+            if take {
+                let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(i) = l.iter().position(|&p| p == fd) {
+                    l.swap_remove(i);
+                    self.rearm(fd); // unwatched meanwhile: harmless
+                }
             }
         }
-        let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        l.retain(|fd| !taken.contains(fd));
-        !l.is_empty()
+        !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 
     /// Stops watching `fd`; call before closing it.
@@ -403,6 +445,7 @@ impl Engine {
 
     fn run(&self) {
         ON_PROGRESS_THREAD.with(|c| c.set(true));
+        ask_short_slice();
         let mut last_epoch = u64::MAX;
         let mut last_waits = u64::MAX;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
@@ -435,6 +478,8 @@ impl Engine {
                 if self.poll_all() {
                     waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
                     0
+                } else if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                    APP_POLLING_CHECK_MS // parked meanwhile by an application (`park`)
                 } else {
                     -1
                 }
@@ -479,7 +524,12 @@ impl Engine {
                 if let Some(p) = p {
                     let mask = ev.events;
                     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p(mask))) {
-                        Ok(false) => self.parked.lock().unwrap_or_else(|e| e.into_inner()).push(fd),
+                        Ok(false) => {
+                            let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+                            if !l.contains(&fd) {
+                                l.push(fd);
+                            }
+                        }
                         _ => self.rearm(fd),
                     }
                 }
@@ -488,11 +538,78 @@ impl Engine {
     }
 }
 
+/// The slice the progress thread asks the scheduler for (ns): the shortest Linux allows.
+const PROGRESS_SLICE_NS: u64 = 100_000;
+
+/// Asks the scheduler for a short slice for this thread (EEVDF's per-task slice, Linux 6.12 and
+/// later; an older kernel ignores it). The progress thread runs briefly when a packet or ring
+/// wakes it; with the default slice, a wake-up on a machine whose cores all run busy-polling
+/// application threads waits for the running thread's slice to end (tens of microseconds to
+/// milliseconds: `ib_write_lat` across namespaces on 2 cores), with a short one it preempts.
+/// Only the slice changes: the policy stays SCHED_OTHER and the nice value is kept.
+fn ask_short_slice() {
+    // SAFETY: sched_getscheduler(2) on the calling thread.
+    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+        return; // an application's real-time or batch choice is left alone
+    }
+    // getpriority(2) can return -1 as a value: errno tells.
+    crate::Errno(0).set();
+    // SAFETY: getpriority(2) on the calling thread (0: this thread's own nice value).
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    if nice == -1 && crate::Errno::last_raw() != 0 {
+        return;
+    }
+    let attr = libc::sched_attr {
+        size: std::mem::size_of::<libc::sched_attr>() as u32,
+        sched_policy: libc::SCHED_OTHER as u32,
+        sched_flags: 0,
+        sched_nice: nice,
+        sched_priority: 0,
+        sched_runtime: PROGRESS_SLICE_NS,
+        sched_deadline: 0,
+        sched_period: 0,
+    };
+    // SAFETY: sched_setattr(2) on the calling thread with a fully initialised attribute of the
+    // size it declares; failure (an old kernel, a seccomp filter) changes nothing.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const libc::sched_attr, 0) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
+
+    /// A connected pair of non-blocking unix datagram sockets.
+    fn socket_pair() -> (OwnedFd, OwnedFd) {
+        let mut sv = [0; 2];
+        let kind = libc::SOCK_DGRAM | libc::SOCK_NONBLOCK;
+        // SAFETY: socketpair(2) writes two descriptors into sv.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, sv.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        // SAFETY: both were just created and are owned here.
+        unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) }
+    }
+
+    fn send_byte(a: &OwnedFd) -> isize {
+        // SAFETY: one byte from a valid buffer to our own socket.
+        unsafe { libc::send(a.as_raw_fd(), b"x".as_ptr().cast(), 1, libc::MSG_DONTWAIT) }
+    }
+
+    fn drain_socket(raw: RawFd) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reading into a valid buffer from our own socket.
+        while unsafe { libc::recv(raw, buf.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) } > 0 {}
+    }
+
+    /// Whether `what` holds within 5 s.
+    fn wait_until(what: &dyn Fn() -> bool) -> bool {
+        let t = Instant::now();
+        while !what() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        what()
+    }
 
     /// While a direct waiter is in its wait, rings go to it alone: the first wakes it, later
     /// ones are only noted for it; once it left they wake the progress thread, once; a busy
@@ -581,13 +698,7 @@ mod tests {
     #[test]
     fn a_parked_watch_is_asked_again_and_rearmed() {
         let e = engine().expect("engine");
-        let mut sv = [0; 2];
-        let kind = libc::SOCK_DGRAM | libc::SOCK_NONBLOCK;
-        // SAFETY: socketpair(2) writes two descriptors into sv.
-        let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, sv.as_mut_ptr()) };
-        assert_eq!(r, 0);
-        // SAFETY: both were just created and are owned here.
-        let (a, b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        let (a, b) = socket_pair();
         let events = Arc::new(AtomicUsize::new(0));
         let checks = Arc::new(AtomicUsize::new(0));
         let park = Arc::new(AtomicBool::new(true));
@@ -603,35 +714,21 @@ mod tests {
                 if park2.load(Ordering::SeqCst) {
                     return false;
                 }
-                let mut buf = [0u8; 8];
-                // SAFETY: reading into a valid buffer from our own socket.
-                while unsafe { libc::recv(raw, buf.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) } > 0
-                {
-                }
+                drain_socket(raw);
                 true
             }),
         )
         .expect("watch");
-        let send = || {
-            // SAFETY: one byte from a valid buffer to our own socket.
-            unsafe { libc::send(a.as_raw_fd(), b"x".as_ptr().cast(), 1, libc::MSG_DONTWAIT) }
-        };
-        let wait = |what: &dyn Fn() -> bool| {
-            let t = Instant::now();
-            while !what() && t.elapsed() < Duration::from_secs(5) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            what()
-        };
+        let send = || send_byte(&a);
         send();
-        assert!(wait(&|| events.load(Ordering::SeqCst) == 1), "reported once");
-        assert!(wait(&|| checks.load(Ordering::SeqCst) >= 3), "asked again while parked");
+        assert!(wait_until(&|| events.load(Ordering::SeqCst) == 1), "reported once");
+        assert!(wait_until(&|| checks.load(Ordering::SeqCst) >= 3), "asked again while parked");
         send(); // still parked: no new report
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(events.load(Ordering::SeqCst), 1, "a parked watch reports nothing");
         park.store(false, Ordering::SeqCst);
         assert!(
-            wait(&|| {
+            wait_until(&|| {
                 // Parked, it is asked at least every APP_POLLING_CHECK_MS.
                 let c = checks.load(Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis((3 * APP_POLLING_CHECK_MS).max(5) as u64));
@@ -640,7 +737,67 @@ mod tests {
             "taken up: no more checks"
         );
         send();
-        assert!(wait(&|| events.load(Ordering::SeqCst) == 2), "re-armed: reported again");
+        assert!(wait_until(&|| events.load(Ordering::SeqCst) == 2), "re-armed: reported again");
+        e.unwatch(raw);
+    }
+
+    /// An application parks a watch itself (no report while parked, though it is still asked
+    /// about it) and unparks it (reported at once for what waited), any number of times; the
+    /// progress thread taking a descriptor up never leaves it disarmed and unlisted.
+    #[test]
+    fn an_application_parks_and_unparks_a_watch() {
+        let e = engine().expect("engine");
+        let (a, b) = socket_pair();
+        let events = Arc::new(AtomicUsize::new(0));
+        let polling = Arc::new(AtomicBool::new(false));
+        let (ev2, poll2, raw) = (events.clone(), polling.clone(), b.as_raw_fd());
+        e.watch_parkable(
+            raw,
+            Arc::new(move |mask| {
+                if poll2.load(Ordering::SeqCst) {
+                    return false; // the application reads it
+                }
+                if mask != 0 {
+                    ev2.fetch_add(1, Ordering::SeqCst);
+                }
+                drain_socket(raw);
+                true
+            }),
+        )
+        .expect("watch");
+        let send = || send_byte(&a);
+        for round in 0..50 {
+            let before = events.load(Ordering::SeqCst);
+            polling.store(true, Ordering::SeqCst);
+            e.park(raw);
+            send();
+            std::thread::sleep(Duration::from_micros(300));
+            let seen = events.load(Ordering::SeqCst);
+            assert_eq!(seen, before, "round {round}: parked, nothing reported");
+            polling.store(false, Ordering::SeqCst);
+            e.unpark(raw);
+            // Taken up: by the unpark's re-arming, or by the progress thread's look at the
+            // parked ones (which drains without a report); either way the socket is read.
+            assert!(
+                wait_until(&|| {
+                    let mut buf = [0u8; 8];
+                    // SAFETY: peeking into a valid buffer on our own socket.
+                    let n = unsafe {
+                        libc::recv(
+                            raw,
+                            buf.as_mut_ptr().cast(),
+                            8,
+                            libc::MSG_DONTWAIT | libc::MSG_PEEK,
+                        )
+                    };
+                    n < 0
+                }),
+                "round {round}: read once unparked"
+            );
+            let mid = events.load(Ordering::SeqCst);
+            send();
+            assert!(wait_until(&|| events.load(Ordering::SeqCst) > mid), "round {round}: armed");
+        }
         e.unwatch(raw);
     }
 }

@@ -11,6 +11,7 @@ pub mod fdqueue;
 pub mod fork;
 pub mod ifaddrs;
 pub mod maps;
+pub mod pcap;
 pub mod shm;
 pub mod socket;
 pub mod udp;

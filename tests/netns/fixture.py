@@ -378,7 +378,8 @@ class Capture:
     listens, so no packet sent afterwards is missed. `--immediate-mode` hands every packet to
     tcpdump at once (without it, packets still waiting in the kernel's capture ring when SIGINT
     arrives are counted as "received by filter" but never written), `-U` writes each packet
-    at once, and `-Z root` keeps tcpdump from dropping to a user that cannot write `path`.
+    at once, and `-Z root` keeps tcpdump from dropping to a user that cannot write `path`;
+    `-s`/`-B` size its ring for bursts (see `start`).
     """
 
     def __init__(self, fx, host, path, bpf=None):
@@ -393,8 +394,11 @@ class Capture:
         # cuts it before the device, and the capture holds the datagrams a wire would carry.
         for h in self.fx.hosts:
             self.fx.ns_sh(h.ns, ["ethtool", "-K", h.ifname, "tx-udp-segmentation", "off"])
+        # Immediate mode makes libpcap use fixed-size ring slots sized for the snapshot length:
+        # with the default (262144 bytes) and buffer (2 MiB) the ring holds 8 packets and a
+        # burst is mostly dropped. Frames here are at most a 9000-byte MTU's.
         argv = ["tcpdump", "-i", self.host.ifname, "-w", self.path, "-U", "-n", "-Z", "root",
-                "--immediate-mode"]
+                "--immediate-mode", "-s", "9100", "-B", "32768"]
         if self.bpf:
             argv.append(self.bpf)
         self.proc = self.fx.popen(self.host, argv, stdout=subprocess.DEVNULL,

@@ -13,7 +13,10 @@ tcpdump captures a's link (UDP only; perftest's TCP side channel is not RoCE). T
     opcode outside the program's transport;
   * the CM pair's MADs decode as InfiniBand CM (REQ, REP, RTU);
   * scapy's RoCE layer (scapy.contrib.roce) computes the same ICRC as every packet carries (and
-    a different one once the packet's ICRC is changed, so the comparison is not vacuous).
+    a different one once the packet's ICRC is changed, so the comparison is not vacuous);
+  * the server's own capture (RDMASHIM_PCAP) decodes the same way, holds only datagrams
+    tcpdump saw and every one the server sent (UDP payloads byte for byte), and scapy agrees
+    with the ICRC of every frame in it that the server sent.
 Then (--icrc-target, c-tests/icrc_target): a live UD QP in a; from b, the captured UD SENDs
 replayed to it with a flipped ICRC (scapy rebuilds each for the target's QPN, then changes the
 ICRC), and datagrams of our own with a flipped ICRC around a correct one and a correct END: the
@@ -22,6 +25,7 @@ Exit 0 all pass, 1 a failure, 77 not root / tcpdump, tshark, scapy or the progra
 """
 
 import argparse
+import collections
 import os
 import re
 import subprocess
@@ -109,10 +113,12 @@ def tshark_rows(pcap):
     return rows, problems
 
 
-def scapy_icrc(pcap):
-    """(checked, problems): scapy's ICRC against the one each IPv4/UDP frame carries."""
+def scapy_icrc(pcap, only_from=None):
+    """(checked, problems): scapy's ICRC against the one each IPv4/UDP frame carries (from
+    `only_from` only, if given: a received frame in our own capture has IPv4 ID 0, which its
+    ICRC need not be for)."""
     import scapy.contrib.roce as roce
-    from scapy.layers.inet import UDP
+    from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.packet import bind_layers
     from scapy.utils import rdpcap
@@ -124,6 +130,8 @@ def scapy_icrc(pcap):
         raw = bytes(pkt)
         p = Ether(raw)
         if UDP not in p:
+            continue
+        if only_from is not None and (IP not in p or p[IP].src != only_from):
             continue
         if roce.BTH not in p:
             problems.append(f"frame {i}: scapy finds no BTH")
@@ -174,16 +182,67 @@ def pairs(gid_a, gid_b):
     return out
 
 
+def udp_datagrams(pcap):
+    """Counter of (source, source port, destination, destination port, UDP payload) per frame
+    (the IP header's other fields aside: a receiving socket cannot know the IPv4 ID)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap
+
+    out = collections.Counter()
+    for pkt in rdpcap(pcap):
+        p = Ether(bytes(pkt))
+        ip = p[IP] if IP in p else p[IPv6] if IPv6 in p else None
+        if ip is not None and UDP in p:
+            u = p[UDP]
+            out[(ip.src, u.sport, ip.dst, u.dport, bytes(u.payload))] += 1
+    return out
+
+
+def check_own_capture(r, pair, wire, ours, a, dropped):
+    """RDMASHIM_PCAP of the server against tcpdump's capture of its link, of which tcpdump
+    says it dropped `dropped` packets (its capture ring overflows in a burst)."""
+    if not os.path.exists(ours):
+        r.check(f"{pair.name}: RDMASHIM_PCAP wrote a capture", False, ours)
+        return
+    rows, problems = tshark_rows(ours)
+    r.check(f"{pair.name}: RDMASHIM_PCAP: every frame decodes as InfiniBand, none malformed",
+            rows and not problems, "; ".join(problems[:10]) or f"{len(rows)} frames")
+    if pair.cm:
+        seen = [cm_cross.CM_ATTR.get(int(x, 0), x) for _, _, x, p in rows
+                if x and "infiniband" in p.split(":")]
+        r.check(f"{pair.name}: RDMASHIM_PCAP: REQ, REP, RTU decoded as InfiniBand CM",
+                all(m in seen for m in ("REQ", "REP", "RTU")), " ".join(seen))
+    on_wire, own = udp_datagrams(wire), udp_datagrams(ours)
+    extra = sum((own - on_wire).values())
+    r.check(f"{pair.name}: RDMASHIM_PCAP holds only datagrams the wire carried (but for those "
+            "tcpdump dropped)", own and extra <= dropped,
+            f"{sum(own.values())} datagrams, {extra} not in tcpdump's capture, which dropped "
+            f"{dropped}")
+    sent = collections.Counter({k: v for k, v in on_wire.items() if k[0] == a.ipv4})
+    missing = sent - own
+    r.check(f"{pair.name}: RDMASHIM_PCAP holds every datagram the server sent",
+            sent and not missing, f"{sum(missing.values())} of {sum(sent.values())} missing"
+            if missing else f"{sum(sent.values())} sent")
+    checked, problems = scapy_icrc(ours, only_from=a.ipv4)
+    r.check(f"{pair.name}: RDMASHIM_PCAP: scapy computes the ICRC of every frame sent",
+            checked > 0 and not problems, "; ".join(problems[:10]) or f"{checked} frames")
+
+
 def run_pair(r, fx, pair, tmp, n):
     a, b = fx.hosts[0], fx.hosts[1]
     pcap = os.path.join(tmp, f"pair{n}.pcap")
+    ours = os.path.join(tmp, f"ours{n}.pcap")
     cap = fx.capture(a, pcap, "udp").start()
     client = [x.replace("{host}", a.ipv4) for x in pair.client]
+    # The server also captures its own traffic (RDMASHIM_PCAP), checked against tcpdump's.
+    server = ["env", f"RDMASHIM_PCAP={ours}"] + pair.server
     try:
         if pair.ready == "cm":
-            srv = r.start(a, pair.server, pair.port)
+            srv = r.start(a, server, pair.port)
         else:
-            srv = fx.popen(a, r.penv + pair.server, stdout=subprocess.PIPE,
+            srv = fx.popen(a, r.penv + server, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, env=r.env)
             deadline = time.monotonic() + 10
             while not tcp_listening(srv.pid, pair.port) and srv.poll() is None \
@@ -194,7 +253,7 @@ def run_pair(r, fx, pair, tmp, n):
         src = srv.returncode
     finally:
         time.sleep(0.2)
-        cap.stop()
+        summary = cap.stop()
     r.check(f"{pair.name}: both programs end 0", rc == 0 and src == 0,
             f"client {rc}, server {src}\nclient:\n{cout}\nserver:\n{sout}"
             if (rc, src) != (0, 0) else "")
@@ -217,6 +276,8 @@ def run_pair(r, fx, pair, tmp, n):
     r.check(f"{pair.name}: scapy computes the ICRC every frame carries",
             checked == len(rows) and checked > 0 and not problems,
             "; ".join(problems[:10]) or f"{checked} frames")
+    m = re.search(r"(\d+) packets? dropped by kernel", summary or "")
+    check_own_capture(r, pair, pcap, ours, a, int(m.group(1)) if m else 0)
     return pcap
 
 

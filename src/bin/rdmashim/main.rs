@@ -1,7 +1,7 @@
 //! `rdmashim`: the launcher and the diagnostics of the rdmashim library (issue 12).
 //!
-//! * `rdmashim run [--mode preload|dropin] [--trace FILE] [--faults SPEC] [--provider NAME] --
-//!   PROGRAM ARGS…`
+//! * `rdmashim run [--mode preload|dropin] [--trace FILE] [--pcap FILE] [--faults SPEC]
+//!   [--provider NAME] -- PROGRAM ARGS…`
 //!   runs an unmodified program on rdmashim; its exit status is the program's (we exec it).
 //! * `rdmashim devinfo` prints what `ibv_devinfo -v` prints for the device, through the same
 //!   verbs calls a program makes (this binary links the library itself).
@@ -30,8 +30,8 @@ commands:
 ";
 
 const RUN_USAGE: &str = "\
-usage: rdmashim run [--mode preload|dropin] [--trace FILE] [--faults SPEC] [--provider NAME]
-                    [--no-device-view] [--lib-dir DIR] -- PROGRAM [ARGS...]
+usage: rdmashim run [--mode preload|dropin] [--trace FILE] [--pcap FILE] [--faults SPEC]
+                    [--provider NAME] [--no-device-view] [--lib-dir DIR] -- PROGRAM [ARGS...]
 
 Runs PROGRAM unmodified on rdmashim and exits with its status.
   --mode preload   LD_PRELOAD=<lib-dir>/librdmashim.so (default): the program's own librdmacm
@@ -41,6 +41,11 @@ Runs PROGRAM unmodified on rdmashim and exits with its status.
   --trace FILE     RDMASHIM_TRACE=FILE: one line per rdma_*/ibv_* call (arguments, result,
                    errno, duration), CM event and work completion, appended to FILE
                    (stderr or - for standard error)
+  --pcap FILE      RDMASHIM_PCAP=FILE: the RoCEv2 packets the program sends and receives on
+                   the network path (data, UD, CM MADs), as Ethernet frames in a pcap file
+                   appended to FILE (%p: the process ID); read it with tshark -r FILE
+                   -d udp.port==PORT,infiniband for the QPs' ports. The same-host path is not
+                   captured yet
   --faults SPEC    RDMASHIM_FAULTS=SPEC: drop/duplicate/reorder/delay RoCEv2 packets, e.g.
                    drop=0.05,dup=0.05,reorder=0.05,delay=0.05:2ms (network path only)
   --provider NAME  RDMASHIM_PROVIDER=NAME (soft is the embedded provider)
@@ -109,6 +114,7 @@ fn run(args: Vec<OsString>) -> ExitCode {
     let mut mode = "preload".to_string();
     let mut faults: Option<OsString> = None;
     let mut trace: Option<OsString> = None;
+    let mut pcap: Option<OsString> = None;
     let mut provider: Option<OsString> = None;
     let mut lib_dir: Option<std::path::PathBuf> = None;
     let mut device_view = true;
@@ -131,6 +137,7 @@ fn run(args: Vec<OsString>) -> ExitCode {
             }),
             Some("--faults") => value("--faults").map(|v| faults = Some(v)),
             Some("--trace") => value("--trace").map(|v| trace = Some(v)),
+            Some("--pcap") => value("--pcap").map(|v| pcap = Some(v)),
             Some("--provider") => value("--provider").map(|v| provider = Some(v)),
             Some("--lib-dir") => value("--lib-dir").map(|v| lib_dir = Some(v.into())),
             Some("--no-device-view") => {
@@ -179,6 +186,9 @@ fn run(args: Vec<OsString>) -> ExitCode {
     }
     if let Some(t) = trace {
         cmd.env("RDMASHIM_TRACE", t);
+    }
+    if let Some(p) = pcap {
+        cmd.env("RDMASHIM_PCAP", p);
     }
     if device_view {
         // The view reads the device in this process: it must see what the program will.

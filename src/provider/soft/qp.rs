@@ -462,6 +462,38 @@ impl Pollable for SoftQp {
     }
 }
 
+/// Makes the process send, when it exits, the ACKs its QPs keep back for the application's next
+/// call (`net::rc`): a program that exits right after its last completion, without destroying
+/// its QPs, must not leave its peer without the ACK a NIC would have sent. Registered once.
+pub(super) fn send_kept_acks_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn at_exit() {
+        // No panic may leave through exit(3).
+        let _ = std::panic::catch_unwind(|| {
+            let qps: Vec<Arc<SoftQp>> = BY_QPN
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .filter_map(Weak::upgrade)
+                .filter(|q| q.generation == fork::generation())
+                .collect();
+            for q in qps {
+                // A lock held by a thread that exit(3) left running is skipped, never waited for.
+                if let Ok(mut st) = q.st.try_lock() {
+                    if let Some(n) = st.net.as_mut() {
+                        n.send_waiting();
+                    }
+                }
+            }
+        });
+    }
+    ONCE.call_once(|| {
+        // SAFETY: registering a function with C linkage that takes no arguments and cannot
+        // unwind; failure (no room for handlers) only loses this courtesy.
+        unsafe { libc::atexit(at_exit) };
+    });
+}
+
 /// A RoCEv2 packet (ICRC checked) for `qpn` from `from`: `false` if no QP of this process
 /// generation took it.
 pub fn deliver_packet(

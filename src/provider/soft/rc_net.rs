@@ -70,6 +70,7 @@ impl SoftQp {
         match NetRc::new(cfg, self.udp.clone(), src, dst) {
             Some(n) => {
                 st.net = Some(Box::new(n));
+                super::qp::send_kept_acks_at_exit();
                 true
             }
             None => false, // GIDs of two families: no path (sends will time out)

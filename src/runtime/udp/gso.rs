@@ -156,6 +156,11 @@ pub fn send_runs_from(
         }
         return Err(e);
     }
+    if super::super::pcap::on() {
+        // Segment k of a run leaves with IPv4 ID k (see the module's comment).
+        let sent = runs[..n as usize].iter().flat_map(|r| data[r.clone()].iter().enumerate());
+        super::captured_sent(fd, src, dst, sent.map(|(k, d)| (k as u16, *d)));
+    }
     Ok(n as usize)
 }
 

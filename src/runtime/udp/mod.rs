@@ -180,7 +180,31 @@ pub fn send_batch_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[&[u8]]) 
     if r < 0 {
         return Err(Errno::last());
     }
+    if super::pcap::on() {
+        captured_sent(fd, src, dst, data[..r as usize].iter().map(|d| (0, *d)));
+    }
     Ok(r as usize)
+}
+
+/// `RDMASHIM_PCAP`: the datagrams `fd` sent from `src` to `dst`, each with its IPv4 ID.
+fn captured_sent<'a>(
+    fd: RawFd,
+    src: IpAddr,
+    dst: SocketAddr,
+    data: impl Iterator<Item = (u16, &'a [u8])>,
+) {
+    let Ok(port) = local_port(fd) else { return };
+    let from = SocketAddr::new(src, port);
+    for (id, d) in data {
+        super::pcap::datagram(from, dst, id, d);
+    }
+}
+
+/// `RDMASHIM_PCAP`: a buffer `fd` received (see [`Received`]).
+fn captured_received(fd: RawFd, r: &Received, data: &[u8]) {
+    if let Ok(port) = local_port(fd) {
+        super::pcap::received(r.from, r.to, port, data, r.segment);
+    }
 }
 
 /// One received datagram: its length, the sender, and the local address it was sent to
@@ -209,7 +233,11 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<Received>> {
         let e = Errno::last();
         return if e == Errno::EAGAIN { Ok(None) } else { Err(e) };
     }
-    parse(&msg, &sa, n as usize).map(Some)
+    let r = parse(&msg, &sa, n as usize)?;
+    if super::pcap::on() {
+        captured_received(fd, &r, &buf[..r.len]);
+    }
+    Ok(Some(r))
 }
 
 /// Control-message room per datagram (both packet-information messages and the segment size
@@ -328,6 +356,13 @@ impl RecvBatch {
             return if e == Errno::EAGAIN { Ok(0) } else { Err(e) };
         }
         self.got = n as usize;
+        if super::pcap::on() {
+            for i in 0..self.got {
+                if let Some((Ok(r), data)) = self.get(i) {
+                    captured_received(fd, &r, data);
+                }
+            }
+        }
         Ok(self.got)
     }
 

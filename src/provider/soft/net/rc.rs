@@ -19,6 +19,7 @@ use crate::provider::{
     SharedRecvQueue, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
+use crate::runtime::engine::on_progress_thread;
 use crate::runtime::udp;
 use crate::sys::*;
 use std::cell::RefCell;
@@ -76,6 +77,12 @@ struct Io {
     /// The length and kind of each packet waiting in `buf` (slot i at i × `slot`).
     lens: Vec<(usize, Kind)>,
     slot: usize,
+    /// Since when (engine time) an application's thread has kept back waiting ACKs
+    /// (see [`Io::flush_or_hold`]).
+    held_since: Option<u64>,
+    /// A completion came out since the packets waiting were last sent: the application may
+    /// answer it (see [`Io::flush_or_hold`]).
+    answerable: bool,
 }
 
 /// What a waiting packet is, for coalescing ACKs.
@@ -118,16 +125,56 @@ fn to_send(kinds: impl DoubleEndedIterator<Item = Kind>) -> Vec<bool> {
     keep
 }
 
+/// Whether an application's thread keeps the waiting packets `lens` back at `now`, having kept
+/// them since `since`: `Some(since)` for a batch of nothing but plain ACKs younger than
+/// `ACK_HOLD_NS`.
+fn keeps_back(lens: &[(usize, Kind)], since: Option<u64>, now: u64) -> Option<u64> {
+    if lens.is_empty() || lens.iter().any(|&(_, k)| k != Kind::PlainAck) {
+        return None;
+    }
+    let since = since.unwrap_or(now);
+    (now.saturating_sub(since) < ACK_HOLD_NS).then_some(since)
+}
+
+/// Orders the packets `kept` (indexes into `lens`) for sending: our requests first, then what
+/// the responder sends (ACKs, responses, in their order). The two are different PSN spaces,
+/// and the peer waits on our request; an ACK behind it costs the peer nothing.
+fn requests_first(kept: &mut [usize], lens: &[(usize, Kind)]) {
+    kept.sort_by_key(|&i| lens[i].1 != Kind::Request);
+}
+
 /// Packets an `Io` holds before it sends them (a window's worth: bursts go segmented).
 const IO_BATCH: usize = 128;
 
+/// How long an application's thread keeps back ACKs for its next call (ns): far below the
+/// peer's shortest retransmission interval, above the time between a receive and its answer.
+const ACK_HOLD_NS: u64 = 20_000;
+
 impl Io {
+    /// Sends the waiting packets, except that an application's thread keeps back a batch of
+    /// nothing but ACKs that came with a completion, for a while: its next call (most often the
+    /// answer it posts) sends them behind its own packets, so the ACK's system call is not paid
+    /// between a completion and the answer to it. ACKs in the middle of a message go at once
+    /// (the sender's window waits on them), and the progress thread always sends.
+    fn flush_or_hold(&mut self) {
+        if self.answerable && !on_progress_thread() {
+            if let Some(since) = keeps_back(&self.lens, self.held_since, super::now_ns()) {
+                self.held_since = Some(since);
+                return;
+            }
+        }
+        self.flush();
+    }
+
     fn flush(&mut self) {
+        self.held_since = None;
+        self.answerable = false;
         if self.lens.is_empty() {
             return;
         }
         let keep = to_send(self.lens.iter().map(|&(_, k)| k));
-        let kept: Vec<usize> = (0..self.lens.len()).filter(|&i| keep[i]).collect();
+        let mut kept: Vec<usize> = (0..self.lens.len()).filter(|&i| keep[i]).collect();
+        requests_first(&mut kept, &self.lens);
         // A lost packet is the transport's to recover (retransmission), like one the wire drops.
         if super::faults::active().is_some() || !udp::gso::usable() {
             let bufs = self.slices(&kept);
@@ -233,6 +280,8 @@ impl NetRc {
                 src: src_ip,
                 dst,
                 flow,
+                held_since: None,
+                answerable: false,
                 buf: Vec::new(), // grows to the largest burst sent
                 lens: Vec::with_capacity(IO_BATCH),
                 slot: mtu as usize + 256,
@@ -381,13 +430,14 @@ impl NetRc {
     pub fn flush(&mut self, ctx: &Ctx<'_>, rq: &mut VecDeque<RecvWqe>) {
         self.dump("flush");
         let pending = std::mem::take(&mut self.pending);
-        self.run(ctx, rq, |rc, _mem, _q, out| {
+        self.run_deferred(ctx, rq, |rc, _mem, _q, out| {
             rc.req.flush(out);
             rc.resp.stop();
             for wr in pending {
                 let _ = rc.post(wr, out); // the engine is stopped: flushed at once
             }
         });
+        self.io.flush();
         let book = self.book.get_mut();
         for (wr_id, h) in book.recvs.drain(..) {
             book.lists.remove(&h);
@@ -407,8 +457,15 @@ impl NetRc {
         !book.sends.is_empty() || !book.recvs.is_empty() || !self.pending.is_empty()
     }
 
-    /// Sends the packets a batch of received ones led to (see `on_packet`).
+    /// Sends the packets a batch of received ones led to (see `on_packet`); an application's
+    /// thread may keep back ACKs (see `Io::flush_or_hold`).
     pub fn flush_out(&mut self) {
+        self.io.flush_or_hold();
+    }
+
+    /// Sends what is waiting, ACKs kept back included: for an application that will not call
+    /// again soon.
+    pub fn send_waiting(&mut self) {
         self.io.flush();
     }
 
@@ -419,7 +476,7 @@ impl NetRc {
         f: impl FnOnce(&mut RcQp, &mut Mem<'_>, &mut Rq<'_>, &mut Out<'_>),
     ) -> Outcome {
         let o = self.run_deferred(ctx, rq, f);
-        self.io.flush();
+        self.io.flush_or_hold();
         o
     }
 
@@ -458,6 +515,8 @@ impl NetRc {
 impl Drop for NetRc {
     fn drop(&mut self) {
         self.dump("destroyed");
+        // ACKs kept back for the application's next call: a NIC would have sent them.
+        self.io.flush();
     }
 }
 
@@ -699,6 +758,7 @@ impl t::Sink for Out<'_> {
 
     fn completion(&mut self, c: t::Completion) {
         self.moved = true;
+        self.io.answerable = true;
         let mut book = self.book.borrow_mut();
         let mut wc = Completion {
             wr_id: c.wr_id,

@@ -39,8 +39,10 @@ pub fn watch(sock: Arc<Sock>) -> Result<()> {
             if app_polls(&s) {
                 return false;
             }
-            drain(&s);
-            true
+            // A thread reading it now (an application) would leave readiness set: re-armed,
+            // the watch would fire again at once, as long as it reads. It is looked at again
+            // with the parked ones.
+            drain_or_busy(&s)
         }),
     )
 }
@@ -65,7 +67,14 @@ pub fn drain_for_app(sock: &Sock) -> bool {
     if on_progress_thread() {
         return drain(sock);
     }
-    sock.app_read_at.store(super::now_ns().max(1), Ordering::Relaxed);
+    let now = super::now_ns().max(1);
+    let was = sock.app_read_at.swap(now, Ordering::Relaxed);
+    if was == 0 || now.saturating_sub(was) >= APP_READ_WINDOW_NS {
+        // A polling session starts: what arrives is ours to read, not the progress thread's.
+        if let Ok(e) = engine() {
+            e.park(sock.as_raw_fd());
+        }
+    }
     // An application waits for a reader that holds the socket: spinning on a failed try
     // would keep that reader (the progress thread, preempted on a busy machine) off the CPU
     // for a whole time slice while nothing is read (gaps of 5 to 20 ms on 2 cores).
@@ -74,11 +83,12 @@ pub fn drain_for_app(sock: &Sock) -> bool {
 }
 
 /// On an application's thread: it has nothing more to complete on a QP of `sock`, so it no
-/// longer counts as polling it, and a parked socket goes back to the progress thread now.
+/// longer counts as polling it, and the socket goes back to the progress thread now (its watch
+/// re-armed from here: no wake-up unless something is there to read).
 pub fn app_done(sock: &Sock) {
     if !on_progress_thread() && sock.app_read_at.swap(0, Ordering::Relaxed) != 0 {
         if let Ok(e) = engine() {
-            e.unpark_soon();
+            e.unpark(sock.as_raw_fd());
         }
     }
 }
@@ -88,6 +98,13 @@ pub fn app_done(sock: &Sock) {
 pub fn drain(sock: &Sock) -> bool {
     let Ok(batch) = sock.reading.try_lock() else { return false };
     read_batch(sock, batch)
+}
+
+/// [`drain`] for the progress thread's watch: `false` if another thread holds the socket.
+fn drain_or_busy(sock: &Sock) -> bool {
+    let Ok(batch) = sock.reading.try_lock() else { return false };
+    read_batch(sock, batch);
+    true
 }
 
 fn read_batch(sock: &Sock, mut batch: std::sync::MutexGuard<'_, udp::RecvBatch>) -> bool {

@@ -99,3 +99,28 @@ fn only_a_later_ack_or_nak_replaces_a_plain_ack() {
     assert_eq!(keep(&[PlainAck, Response, Response]), [true, true, true]);
     assert_eq!(keep(&[PlainAck, Response, PlainAck]), [false, true, true]);
 }
+
+/// An application's thread keeps back a batch of nothing but plain ACKs, for at most
+/// `ACK_HOLD_NS` from the first time it did; anything else in the batch sends it all.
+#[test]
+fn only_plain_acks_are_kept_back_and_not_for_long() {
+    use Kind::*;
+    let acks = [(20, PlainAck), (20, PlainAck)];
+    assert_eq!(keeps_back(&acks, None, 1_000), Some(1_000), "kept from now");
+    assert_eq!(keeps_back(&acks, Some(1_000), 1_000 + ACK_HOLD_NS - 1), Some(1_000));
+    assert_eq!(keeps_back(&acks, Some(1_000), 1_000 + ACK_HOLD_NS), None, "held long enough");
+    assert_eq!(keeps_back(&[], None, 5), None, "nothing to keep");
+    for other in [Request, Nak, Response] {
+        assert_eq!(keeps_back(&[(20, PlainAck), (96, other)], None, 5), None, "{other:?}");
+    }
+}
+
+/// Requests leave first; the responder's packets keep their order behind them.
+#[test]
+fn requests_leave_before_the_responders_packets() {
+    use Kind::*;
+    let lens = [(20, PlainAck), (96, Request), (40, Response), (20, Nak), (96, Request)];
+    let mut kept = vec![0, 1, 2, 3, 4];
+    requests_first(&mut kept, &lens);
+    assert_eq!(kept, [1, 4, 0, 2, 3]);
+}
