@@ -445,7 +445,6 @@ impl Engine {
 
     fn run(&self) {
         ON_PROGRESS_THREAD.with(|c| c.set(true));
-        ask_short_slice();
         let mut last_epoch = u64::MAX;
         let mut last_waits = u64::MAX;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
@@ -536,42 +535,6 @@ impl Engine {
             }
         }
     }
-}
-
-/// The slice the progress thread asks the scheduler for (ns): the shortest Linux allows.
-const PROGRESS_SLICE_NS: u64 = 100_000;
-
-/// Asks the scheduler for a short slice for this thread (EEVDF's per-task slice, Linux 6.12 and
-/// later; an older kernel ignores it). The progress thread runs briefly when a packet or ring
-/// wakes it; with the default slice, a wake-up on a machine whose cores all run busy-polling
-/// application threads waits for the running thread's slice to end (tens of microseconds to
-/// milliseconds: `ib_write_lat` across namespaces on 2 cores), with a short one it preempts.
-/// Only the slice changes: the policy stays SCHED_OTHER and the nice value is kept.
-fn ask_short_slice() {
-    // SAFETY: sched_getscheduler(2) on the calling thread.
-    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
-        return; // an application's real-time or batch choice is left alone
-    }
-    // getpriority(2) can return -1 as a value: errno tells.
-    crate::Errno(0).set();
-    // SAFETY: getpriority(2) on the calling thread (0: this thread's own nice value).
-    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-    if nice == -1 && crate::Errno::last_raw() != 0 {
-        return;
-    }
-    let attr = libc::sched_attr {
-        size: std::mem::size_of::<libc::sched_attr>() as u32,
-        sched_policy: libc::SCHED_OTHER as u32,
-        sched_flags: 0,
-        sched_nice: nice,
-        sched_priority: 0,
-        sched_runtime: PROGRESS_SLICE_NS,
-        sched_deadline: 0,
-        sched_period: 0,
-    };
-    // SAFETY: sched_setattr(2) on the calling thread with a fully initialised attribute of the
-    // size it declares; failure (an old kernel, a seccomp filter) changes nothing.
-    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const libc::sched_attr, 0) };
 }
 
 #[cfg(test)]
