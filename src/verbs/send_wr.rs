@@ -229,9 +229,12 @@ pub unsafe fn read_sgl(sg: *const ibv_sge, n: i32) -> Result<Sgl> {
     Ok(sgl_of(s))
 }
 
-/// A C scatter/gather array as the provider's list (one entry needs no allocation).
+/// A C scatter/gather array as the provider's list (one entry needs no allocation), its
+/// addresses translated to this process's where a region has another iova.
 pub fn sgl_of(s: &[ibv_sge]) -> Sgl {
-    let sge = |e: &ibv_sge| Sge { addr: e.addr, length: e.length, lkey: e.lkey };
+    let sge = |e: &ibv_sge| {
+        super::mr::translate_sge(Sge { addr: e.addr, length: e.length, lkey: e.lkey })
+    };
     match s {
         [one] => Sgl::One(sge(one)),
         _ => Sgl::Many(s.iter().map(sge).collect()),
