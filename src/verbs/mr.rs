@@ -10,6 +10,10 @@
 //! (lkey) addresses when the SGEs are posted ([`translate_sge`]), so the provider sees this
 //! process's addresses in every SGE. `ibv_rereg_mr` replaces a region's registration ([`Reg`])
 //! as a whole, keeping its keys.
+//!
+//! A null MR (`ibv_alloc_null_mr`) has an lkey only: when posted, its SGEs are redirected to
+//! process-wide zero pages (what is read from it) or to a sink nobody reads (what is written to
+//! it), each under a hidden key of the MR's PD with local rights only.
 
 use super::objects;
 use super::pd::Pd;
@@ -33,6 +37,44 @@ pub struct Reg {
     pub access: u32,
     /// The provider's hold for peers' direct access, revoked when the registration ends.
     pub share: Option<Arc<dyn SharedRegion>>,
+    /// A null MR's hidden keys (its own range is empty, so its key reaches nothing itself).
+    null: Option<NullKeys>,
+}
+
+/// The keys a null MR's SGEs are redirected to.
+#[derive(Clone, Copy)]
+struct NullKeys {
+    zero: u32,
+    sink: u32,
+}
+
+/// Where null MRs' SGEs point: `zero`, read-only zero pages, and `sink`, writable memory that
+/// every write into a null MR lands in and nobody reads (each SGE is redirected to the start,
+/// so it holds at most one SGE's worth of pages). Both `NULL_LEN` bytes, reserved once and never
+/// unmapped.
+struct NullSpace {
+    zero: usize,
+    sink: usize,
+}
+
+/// An SGE is at most `u32::MAX` bytes.
+const NULL_LEN: usize = 1 << 32;
+
+fn null_space() -> Option<&'static NullSpace> {
+    static SPACE: std::sync::OnceLock<Option<NullSpace>> = std::sync::OnceLock::new();
+    SPACE
+        .get_or_init(|| {
+            let map = |prot| {
+                let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+                // SAFETY: a fresh anonymous mapping where the kernel picks; nothing is replaced.
+                let p = unsafe { libc::mmap(std::ptr::null_mut(), NULL_LEN, prot, flags, -1, 0) };
+                (p != libc::MAP_FAILED).then_some(p as usize)
+            };
+            let zero = map(libc::PROT_READ)?;
+            let sink = map(libc::PROT_READ | libc::PROT_WRITE)?;
+            Some(NullSpace { zero, sink })
+        })
+        .as_ref()
 }
 
 pub struct Mr {
@@ -116,11 +158,12 @@ impl Reg {
         } else {
             None
         };
-        Ok(Reg { pd, addr: addr as usize, len, iova, access, share })
+        Ok(Reg { pd, addr: addr as usize, len, iova, access, share, null: None })
     }
 
+    /// A registration posted SGEs are rewritten for: another iova, or a null MR.
     fn translated(&self) -> bool {
-        self.iova != self.addr as u64
+        self.iova != self.addr as u64 || self.null.is_some()
     }
 
     /// The local address of `[at, at+len)` in `space`, if it lies in the region.
@@ -204,11 +247,56 @@ impl Mr {
         let mr = objects().mrs.remove(p).ok_or(Errno::EINVAL)?;
         // Under the registration's lock: a racing ibv_rereg_mr cannot put the key back.
         let reg = mr.reg.write().unwrap_or_else(|e| e.into_inner());
-        KEYS.write().unwrap_or_else(|e| e.into_inner()).remove(&mr.key);
+        {
+            let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+            keys.remove(&mr.key);
+            if let Some(n) = reg.null {
+                keys.remove(&n.zero);
+                keys.remove(&n.sink);
+            }
+        }
         count(&reg, false);
         // Before returning: from now on no peer reaches the memory (ibv_dereg_mr's contract).
         reg.revoke();
         Ok(())
+    }
+
+    /// `ibv_alloc_null_mr`: an MR of `pd` whose lkey discards what is written and reads as
+    /// zeroes (addr NULL, the maximum length, no rkey).
+    pub fn alloc_null(pd: Arc<Pd>) -> Result<*mut ibv_mr> {
+        let space = null_space().ok_or(Errno::ENOMEM)?;
+        let hidden = |addr: usize, access| Reg {
+            pd: pd.clone(),
+            addr,
+            len: NULL_LEN,
+            iova: addr as u64,
+            access,
+            share: None,
+            null: None,
+        };
+        let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
+        let mut raw: CBox<ibv_mr> = CBox::zeroed();
+        let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+        let nk = NullKeys { zero: fresh_key(&keys), sink: 0 };
+        keys.insert(nk.zero, Arc::new(zero));
+        let nk = NullKeys { sink: fresh_key(&keys), ..nk };
+        keys.insert(nk.sink, Arc::new(sink));
+        let key = fresh_key(&keys);
+        let reg = Arc::new(Reg { len: 0, access: 0, null: Some(nk), ..hidden(0, 0) });
+        let r = raw.init();
+        r.context = pd.ctx.ptr();
+        r.pd = pd.raw.as_ptr();
+        r.addr = std::ptr::null_mut();
+        r.length = usize::MAX;
+        r.handle = key;
+        r.lkey = key;
+        r.rkey = 0;
+        let p = raw.as_ptr();
+        count(&reg, true);
+        keys.insert(key, reg.clone());
+        let mr = Arc::new(Mr { raw, key, reg: RwLock::new(reg) });
+        objects().mrs.insert(p as usize, mr);
+        Ok(p)
     }
 
     /// The current registration.
@@ -241,6 +329,9 @@ impl Mr {
         }
         let pd = if flags & REREG_PD != 0 { Some(objects().pds.get(pd)?) } else { None };
         let mut cur = mr.reg.write().unwrap_or_else(|e| e.into_inner());
+        if cur.null.is_some() {
+            return Err(Errno::EINVAL); // "the use of ibv_rereg_mr() with this MR is invalid"
+        }
         let new_pd = match pd {
             None => cur.pd.clone(),
             Some(pd) if Arc::ptr_eq(&pd.ctx, &cur.pd.ctx) => pd,
@@ -324,18 +415,23 @@ pub fn lookup(
 
 /// A posted SGE with its address in this process's space: an lkey of a region registered with
 /// another iova takes addresses from that iova. An address outside such a region gets key 0
-/// (never issued), so the provider's check refuses it as it would have refused the range.
-pub fn translate_sge(s: Sge) -> Sge {
+/// (never issued), so the provider's check refuses it as it would have refused the range. A
+/// null MR's SGE goes to the zero pages, or to the sink if the operation `writes` it.
+pub fn translate_sge(s: Sge, writes: bool) -> Sge {
     if TRANSLATED.load(Ordering::Relaxed) == 0 || s.length == 0 {
         return s;
     }
     let reg = KEYS.read().unwrap_or_else(|e| e.into_inner()).get(&s.lkey).cloned();
-    match reg {
-        Some(r) if r.translated() => match r.local(s.addr, s.length as usize, KeySpace::Remote) {
-            Some(addr) => Sge { addr, ..s },
-            None => Sge { lkey: 0, ..s },
-        },
-        _ => s,
+    let Some(r) = reg.filter(|r| r.translated()) else { return s };
+    if let (Some(n), Some(space)) = (r.null, null_space()) {
+        return match writes {
+            true => Sge { addr: space.sink as u64, lkey: n.sink, ..s },
+            false => Sge { addr: space.zero as u64, lkey: n.zero, ..s },
+        };
+    }
+    match r.local(s.addr, s.length as usize, KeySpace::Remote) {
+        Some(addr) => Sge { addr, ..s },
+        None => Sge { lkey: 0, ..s },
     }
 }
 
