@@ -14,6 +14,9 @@
  * Also: a child the target forks after registering writes all over the region; the target's
  * memory must not change (fork gives a child a private copy, the direct path included).
  * Every wait is bounded (alarm() turns a hang into a failure).
+ * Built with -DDIRECT_PATH_IOVA (test direct_path_iova, issue 13), both regions are registered
+ * with ibv_reg_mr_iova at iovas other than their addresses, and every address posted (remote
+ * and local) is an iova: the direct path, too, addresses the target's region in iova space.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -58,6 +61,31 @@ static void open_device(void)
 static const int ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 			  IBV_ACCESS_REMOTE_ATOMIC;
 
+#ifdef DIRECT_PATH_IOVA
+/* Page-aligned iovas far from any heap address. */
+#define TARGET_IOVA 0x4000000000ull
+#define LOCAL_IOVA 0x8000000000ull
+static struct ibv_mr *reg(void *buf, uint64_t iova)
+{
+	return ibv_reg_mr_iova(pd, buf, LEN, iova, ACCESS);
+}
+#else
+#define TARGET_IOVA 0
+#define LOCAL_IOVA 0
+static struct ibv_mr *reg(void *buf, uint64_t iova)
+{
+	(void)iova;
+	return ibv_reg_mr(pd, buf, LEN, ACCESS);
+}
+#endif
+
+/* The local buffer, and how an SGE addresses its byte p. */
+static unsigned char *mine;
+static void *L(unsigned char *p)
+{
+	return LOCAL_IOVA ? (void *)(uintptr_t)(LOCAL_IOVA + (uint64_t)(p - mine)) : (void *)p;
+}
+
 static unsigned char expected(size_t i)
 {
 	return (unsigned char)(i * 7 + 3);
@@ -71,7 +99,7 @@ static void target(int in, int out)
 	CHECK(buf, "alloc");
 	for (size_t i = 0; i < LEN; i++)
 		buf[i] = expected(i);
-	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
+	struct ibv_mr *mr = reg(buf, TARGET_IOVA);
 	CHECK(mr, "reg_mr");
 
 	pid_t kid = fork();
@@ -86,7 +114,7 @@ static void target(int in, int out)
 		CHECK(buf[i] == expected(i), "a forked child's writes reached its parent at byte %zu", i);
 
 	struct end e = make_end(4);
-	struct hello h = { e.qp->qp_num, mr->rkey, (uintptr_t)buf }, peer;
+	struct hello h = { e.qp->qp_num, mr->rkey, TARGET_IOVA ? TARGET_IOVA : (uintptr_t)buf }, peer;
 	xwrite(out, &h, sizeof h);
 	xread(in, &peer, sizeof peer);
 	to_rts(e.qp, peer.qpn, ACCESS, 7, 7, 14, 1);
@@ -165,10 +193,10 @@ int main(void)
 	int to = down[1], from = up[0];
 
 	open_device();
-	unsigned char *mine = aligned_alloc(4096, LEN);
+	mine = aligned_alloc(4096, LEN);
 	CHECK(mine, "alloc");
 	memset(mine, 0, LEN);
-	struct ibv_mr *mr = ibv_reg_mr(pd, mine, LEN, ACCESS);
+	struct ibv_mr *mr = reg(mine, LOCAL_IOVA);
 	CHECK(mr, "reg_mr");
 	struct hello peer;
 	xread(from, &peer, sizeof peer);
@@ -182,9 +210,9 @@ int main(void)
 
 	/* 1. The copy path, while the target runs: it grants the region. */
 	memset(mine, 'w', 64);
-	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, mine, 64, mr->lkey, peer.addr, peer.rkey, 1) == 0, "post");
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, L(mine), 64, mr->lkey, peer.addr, peer.rkey, 1) == 0, "post");
 	expect(e.cq, IBV_WC_SUCCESS, "first WRITE");
-	CHECK(post(e.qp, IBV_WR_RDMA_READ, mine + 4096, 64, mr->lkey, peer.addr + 4096, peer.rkey, 2) == 0,
+	CHECK(post(e.qp, IBV_WR_RDMA_READ, L(mine + 4096), 64, mr->lkey, peer.addr + 4096, peer.rkey, 2) == 0,
 	      "post");
 	expect(e.cq, IBV_WC_SUCCESS, "first READ");
 
@@ -193,17 +221,17 @@ int main(void)
 	int st;
 	CHECK(waitpid(t, &st, WUNTRACED) == t && WIFSTOPPED(st), "target not stopped");
 	memset(mine + 2 * 4096, 'W', 4096);
-	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, mine + 2 * 4096, 4096, mr->lkey, peer.addr + 2 * 4096, peer.rkey, 3) ==
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, L(mine + 2 * 4096), 4096, mr->lkey, peer.addr + 2 * 4096, peer.rkey, 3) ==
 		      0,
 	      "post");
 	expect(e.cq, IBV_WC_SUCCESS, "WRITE to a stopped target");
-	CHECK(post(e.qp, IBV_WR_RDMA_READ, mine + 3 * 4096, 4096, mr->lkey, peer.addr + 3 * 4096, peer.rkey, 4) ==
+	CHECK(post(e.qp, IBV_WR_RDMA_READ, L(mine + 3 * 4096), 4096, mr->lkey, peer.addr + 3 * 4096, peer.rkey, 4) ==
 		      0,
 	      "post");
 	expect(e.cq, IBV_WC_SUCCESS, "READ from a stopped target");
 	for (size_t i = 3 * 4096; i < 4 * 4096; i++)
 		CHECK(mine[i] == expected(i), "READ from a stopped target: byte %zu is %u", i, mine[i]);
-	CHECK(post(e.qp, IBV_WR_ATOMIC_FETCH_AND_ADD, mine + 5 * 4096, 8, mr->lkey, peer.addr + 4 * 4096,
+	CHECK(post(e.qp, IBV_WR_ATOMIC_FETCH_AND_ADD, L(mine + 5 * 4096), 8, mr->lkey, peer.addr + 4 * 4096,
 		   peer.rkey, 5) == 0,
 	      "post");
 	expect(e.cq, IBV_WC_SUCCESS, "FETCH_ADD on a stopped target");
@@ -219,7 +247,7 @@ int main(void)
 	/* 4. Deregistered: the grant we hold no longer reaches the memory. */
 	CHECK(ask(to, from, 'D') == 'y', "dereg_mr");
 	memset(mine, 'Z', 4096);
-	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, mine, 4096, mr->lkey, peer.addr, peer.rkey, 6) == 0, "post");
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, L(mine), 4096, mr->lkey, peer.addr, peer.rkey, 6) == 0, "post");
 	expect(e.cq, IBV_WC_REM_ACCESS_ERR, "WRITE after the target's ibv_dereg_mr");
 	CHECK(ask(to, from, 'U') == 'y', "the target's memory changed after ibv_dereg_mr");
 	printf("ok after ibv_dereg_mr: IBV_WC_REM_ACCESS_ERR and the memory untouched\n");

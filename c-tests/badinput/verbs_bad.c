@@ -519,7 +519,7 @@ static void case_ibv_rereg_mr(void)
 	REQUIRE(ctx != NULL);
 	REQUIRE((pd = ibv_alloc_pd(ctx)) != NULL);
 	REQUIRE((stale = stale_mr(pd)) != NULL);
-	/* Not implemented yet: IBV_REREG_MR_ERR_INPUT (-1) with errno. */
+	/* A NULL or stale MR is an input error: IBV_REREG_MR_ERR_INPUT (-1) with errno. */
 	EXPECT_VAL(ibv_rereg_mr(NULL, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
 				IBV_ACCESS_LOCAL_WRITE),
 		   IBV_REREG_MR_ERR_INPUT, EINVAL, EOPNOTSUPP);

@@ -3,7 +3,8 @@
 //! * runs the body inside `catch_unwind`, so a panic becomes `EIO` and never crosses into C;
 //! * converts the body's `Result` into the function's C convention, named by a [`Convention`]
 //!   type: `MinusOne` (0 / −1 + errno), `Value<T>` (a value / −1 + errno), `NullOr<T>` (pointer /
-//!   NULL + errno), `PositiveErrno` (0 / a positive errno, as most `ibv_*` calls), `Nothing`
+//!   NULL + errno), `PositiveErrno` (0 / a positive errno, as most `ibv_*` calls), `ReregCode`
+//!   (`ibv_rereg_mr`'s error codes), `Nothing`
 //!   (void; errno set on error) and `Infallible<T>` (a plain value; errors give `T::default()`).
 //!
 //! No logic lives here: bodies look up handles and call into `cm`/`verbs`.
@@ -128,6 +129,29 @@ impl Convention for PositiveErrno {
             Err(e) => {
                 e.set();
                 e.0
+            }
+        }
+    }
+}
+
+/// `ibv_rereg_mr`'s: 0 on success; `IBV_REREG_MR_ERR_INPUT` with errno for an input error (the
+/// outer `Err`, the MR unchanged); `IBV_REREG_MR_ERR_CMD` with errno when the registration
+/// itself failed (the inner `Err`).
+pub struct ReregCode;
+impl Convention for ReregCode {
+    type Ok = Result<()>;
+    type C = libc::c_int;
+    fn to_c(r: Result<Result<()>>) -> libc::c_int {
+        use crate::sys::ibv_rereg_mr_err_code::{IBV_REREG_MR_ERR_CMD, IBV_REREG_MR_ERR_INPUT};
+        match r {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => {
+                e.set();
+                IBV_REREG_MR_ERR_CMD
+            }
+            Err(e) => {
+                e.set();
+                IBV_REREG_MR_ERR_INPUT
             }
         }
     }

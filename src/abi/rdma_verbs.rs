@@ -377,8 +377,9 @@ pub unsafe extern "C" fn rdma_post_recv(
     crate::entry_body!(rdma_post_recv(id, context, addr, length, mr) -> MinusOne {
         let mr = live_mr(mr)?.ok_or(Errno::EINVAL)?;
         let (start, end) = (addr as usize, (addr as usize).checked_add(length));
-        let mr_start = mr.addr;
-        let mr_end = mr_start.checked_add(mr.len);
+        let reg = mr.reg();
+        let mr_start = reg.addr;
+        let mr_end = mr_start.checked_add(reg.len);
         match (end, mr_end) {
             (Some(end), Some(mr_end)) if start >= mr_start && end <= mr_end => {}
             _ => return Err(Errno::EINVAL),

@@ -3,7 +3,7 @@
 //! which are also what we put in every context's ops table.
 
 use crate::abi::{
-    arg, out, Infallible, MinusOne, NegativeErrno, Nothing, NullOr, PositiveErrno, Value,
+    arg, out, Infallible, MinusOne, NegativeErrno, Nothing, NullOr, PositiveErrno, ReregCode, Value,
 };
 use crate::errno::{Errno, Result};
 use crate::provider::RecvWqe;
@@ -233,21 +233,19 @@ entry! {
     }
 
     fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> NullOr<ibv_mr> {
-        Mr::register(objects().pds.get(pd)?, addr, length, access)
+        Mr::register(objects().pds.get(pd)?, addr, length, addr as u64, access)
     }
 
     fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> NullOr<ibv_mr> {
-        if iova != addr as u64 {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        Mr::register(objects().pds.get(pd)?, addr, length, access)
+        Mr::register(objects().pds.get(pd)?, addr, length, iova, access)
     }
 
     fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> NullOr<ibv_mr> {
-        if iova != addr as u64 {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        Mr::register(objects().pds.get(pd)?, addr, length, access as c_int)
+        Mr::register(objects().pds.get(pd)?, addr, length, iova, access as c_int)
+    }
+
+    fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> ReregCode {
+        Mr::reregister(mr, flags, pd, addr, length, access)
     }
 
     fn ibv_dereg_mr(mr: *mut ibv_mr) -> PositiveErrno {
@@ -694,7 +692,6 @@ entry! {
 
 // Owned by later work: see docs/CONFORMANCE.md.
 unimplemented_entry! { Errno::EOPNOTSUPP =>
-    fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> Value<c_int>;
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> NullOr<ibv_mr>;
     fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> PositiveErrno;
     fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> PositiveErrno;

@@ -1,8 +1,8 @@
 //! Extended verbs at the C boundary.
 //!
 //! * The `verbs_context` ops that the inline wrappers of verbs.h call ([`fill_context_ops`]):
-//!   `query_port` (the full `ibv_port_attr`), `query_device_ex`, `create_cq_ex` and
-//!   `create_qp_ex`. Every other op stays NULL, so its inline wrapper answers `EOPNOTSUPP`.
+//!   `query_port` (the full `ibv_port_attr`), `query_device_ex`, `create_cq_ex`,
+//!   `create_qp_ex` and `alloc_null_mr`. Every other op stays NULL, so its inline wrapper answers `EOPNOTSUPP`.
 //! * The `ibv_cq_ex` functions behind `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` and
 //!   `ibv_wc_read_*`.
 //! * The `ibv_qp_ex` functions behind `ibv_wr_*`, and the exported `ibv_qp_to_qp_ex`.
@@ -19,6 +19,7 @@ use crate::sys::*;
 use crate::verbs::cq::Cq;
 use crate::verbs::cq_ex::{self, CqAlloc, Cursor};
 use crate::verbs::device_ex;
+use crate::verbs::mr::Mr;
 use crate::verbs::objects;
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_ex::{self, Op, QpEx};
@@ -34,6 +35,13 @@ pub fn fill_context_ops(v: &mut verbs_context) {
     v.query_device_ex = Some(query_device_ex);
     v.create_cq_ex = Some(create_cq_ex);
     v.create_qp_ex = Some(create_qp_ex);
+    v.alloc_null_mr = Some(alloc_null_mr);
+}
+
+unsafe extern "C" fn alloc_null_mr(pd: *mut ibv_pd) -> *mut ibv_mr {
+    crate::entry_body!("ibv_alloc_null_mr"(pd) -> NullOr<ibv_mr> {
+        Mr::alloc_null(objects().pds.get(pd)?)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,16 +45,35 @@ pub enum AccessError {
 /// Keeps a checked memory region registered while the provider copies into or out of it.
 pub type Region = Arc<dyn std::any::Any + Send + Sync>;
 
+/// The address space a key is used in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySpace {
+    /// An lkey with an SGE's address: this process's addresses (verbs translated the SGEs of a
+    /// region registered with another iova when they were posted).
+    Local,
+    /// An rkey with a peer's address: the region's iova space (`ibv_reg_mr_iova`, ZERO_BASED).
+    Remote,
+}
+
+/// A checked access: the region (kept registered while the caller copies) and the address in
+/// this process of the access's first byte, which is the one to touch.
+pub struct Checked {
+    pub region: Region,
+    pub addr: u64,
+}
+
 /// The memory keys of one protection domain (verbs keeps the table).
 pub trait MemoryKeys: Send + Sync {
-    /// Checks that `[addr, addr+len)` lies in region `key` of this PD with rights `need`.
+    /// Checks that `[addr, addr+len)` (in `space`) lies in region `key` of this PD with rights
+    /// `need`, and translates `addr` to this process's address.
     fn lookup(
         &self,
         key: u32,
         addr: u64,
         len: usize,
         need: u32,
-    ) -> std::result::Result<Region, AccessError>;
+        space: KeySpace,
+    ) -> std::result::Result<Checked, AccessError>;
 
     /// What the provider made of region `key` of this PD when it was registered (see
     /// [`Provider::share_memory`]), if anything.
@@ -192,9 +211,16 @@ pub trait Provider: Send + Sync {
     /// Makes pending work move soon even if nobody polls (wakes the progress thread).
     fn progress(&self);
     /// Called by `ibv_reg_mr` for a region with remote rights (`access`, the values of
-    /// `ibv_access_flags`): the provider may prepare it for peers to reach directly.
-    fn share_memory(&self, addr: usize, len: usize, access: u32) -> Option<Arc<dyn SharedRegion>> {
-        let _ = (addr, len, access);
+    /// `ibv_access_flags`) that peers address from `iova`: the provider may prepare it for
+    /// peers to reach directly (in iova space).
+    fn share_memory(
+        &self,
+        addr: usize,
+        len: usize,
+        iova: u64,
+        access: u32,
+    ) -> Option<Arc<dyn SharedRegion>> {
+        let _ = (addr, len, iova, access);
         None
     }
 }

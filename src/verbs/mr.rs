@@ -3,41 +3,111 @@
 //! Keys are random 32-bit values (lkey == rkey), so a peer cannot guess one. Every access by the
 //! provider goes through [`lookup`] with the key, PD, range and access it needs; a failure is an
 //! error completion, never a fault.
+//!
+//! A region is addressed through its keys from its iova (`ibv_reg_mr_iova`; 0 for
+//! `IBV_ACCESS_ZERO_BASED`; its address for `ibv_reg_mr`): byte `iova + off` is byte
+//! `addr + off`. Remote (rkey) addresses are translated at the target by [`lookup`]; local
+//! (lkey) addresses when the SGEs are posted ([`translate_sge`]), so the provider sees this
+//! process's addresses in every SGE. `ibv_rereg_mr` replaces a region's registration ([`Reg`])
+//! as a whole, keeping its keys.
+//!
+//! A null MR (`ibv_alloc_null_mr`) has an lkey only: when posted, its SGEs are redirected to
+//! process-wide zero pages (what is read from it) or to a sink nobody reads (what is written to
+//! it), each under a hidden key of the MR's PD with local rights only.
 
 use super::objects;
 use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
-use crate::provider::{MemoryKeys, Region, SharedRegion};
+use crate::provider::{Checked, KeySpace, MemoryKeys, Region, Sge, SharedRegion};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+
+/// One registration of an MR: what its keys reach.
+pub struct Reg {
+    pub pd: Arc<Pd>,
+    /// The region in this process: `[addr, addr + len)`.
+    pub addr: usize,
+    pub len: usize,
+    /// Where the keys address the region: byte `iova + off` is byte `addr + off`.
+    pub iova: u64,
+    pub access: u32,
+    /// The provider's hold for peers' direct access, revoked when the registration ends.
+    pub share: Option<Arc<dyn SharedRegion>>,
+    /// A null MR's hidden keys (its own range is empty, so its key reaches nothing itself).
+    null: Option<NullKeys>,
+}
+
+/// The keys a null MR's SGEs are redirected to.
+#[derive(Clone, Copy)]
+struct NullKeys {
+    zero: u32,
+    sink: u32,
+}
+
+/// Where null MRs' SGEs point: `zero`, read-only zero pages, and `sink`, writable memory that
+/// every write into a null MR lands in and nobody reads (each SGE is redirected to the start,
+/// so it holds at most one SGE's worth of pages). Both `NULL_LEN` bytes, reserved once and never
+/// unmapped.
+struct NullSpace {
+    zero: usize,
+    sink: usize,
+}
+
+/// An SGE is at most `u32::MAX` bytes.
+const NULL_LEN: usize = 1 << 32;
+
+fn null_space() -> Option<&'static NullSpace> {
+    static SPACE: std::sync::OnceLock<Option<NullSpace>> = std::sync::OnceLock::new();
+    SPACE
+        .get_or_init(|| {
+            let map = |prot| {
+                let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+                // SAFETY: a fresh anonymous mapping where the kernel picks; nothing is replaced.
+                let p = unsafe { libc::mmap(std::ptr::null_mut(), NULL_LEN, prot, flags, -1, 0) };
+                (p != libc::MAP_FAILED).then_some(p as usize)
+            };
+            let zero = map(libc::PROT_READ)?;
+            let sink = map(libc::PROT_READ | libc::PROT_WRITE)?;
+            Some(NullSpace { zero, sink })
+        })
+        .as_ref()
+}
 
 pub struct Mr {
     pub raw: CBox<ibv_mr>,
-    pub pd: Arc<Pd>,
-    pub addr: usize,
-    pub len: usize,
-    pub access: u32,
     pub key: u32,
-    /// The provider's hold for peers' direct access, revoked at deregistration.
-    pub share: Option<Arc<dyn SharedRegion>>,
+    /// The current registration (replaced by `ibv_rereg_mr`).
+    reg: RwLock<Arc<Reg>>,
 }
 
 /// Looked up for every SGE and rkey: Fx hashing (the keys are ours and random), not SipHash.
-static KEYS: Lazy<RwLock<FxHashMap<u32, Arc<Mr>>>> =
+static KEYS: Lazy<RwLock<FxHashMap<u32, Arc<Reg>>>> =
     Lazy::new(|| RwLock::new(FxHashMap::default()));
+
+/// How many registrations have an iova other than their address: while none, posted SGEs need
+/// no translation (one relaxed load on the data path).
+static TRANSLATED: AtomicUsize = AtomicUsize::new(0);
 
 pub use crate::provider::{
     AccessError, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 /// IBV_ACCESS_ON_DEMAND: pages are not pinned, so nothing is prepared for peers.
 const ACCESS_ON_DEMAND: u32 = ibv_access_flags::IBV_ACCESS_ON_DEMAND.0;
+/// IBV_ACCESS_ZERO_BASED: the keys address the region from 0.
+const ACCESS_ZERO_BASED: u32 = ibv_access_flags::IBV_ACCESS_ZERO_BASED.0;
 /// Every access flag libibverbs 44 defines (up to IBV_ACCESS_RELAXED_ORDERING).
 const ACCESS_KNOWN: u32 = (1 << 21) - 1;
 /// IBV_ACCESS_OPTIONAL_RANGE: optional flags a provider may ignore, as the kernel does.
 const ACCESS_OPTIONAL: u32 = 0x3ff0_0000;
+
+const REREG_TRANSLATION: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_TRANSLATION.0 as i32;
+const REREG_PD: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_PD.0 as i32;
+const REREG_ACCESS: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_ACCESS.0 as i32;
+const REREG_SUPPORTED: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_FLAGS_SUPPORTED.0 as i32;
 
 fn random_key() -> u32 {
     let mut r: u32 = 0;
@@ -46,28 +116,37 @@ fn random_key() -> u32 {
     r
 }
 
-impl Mr {
-    pub fn register(
+/// The access flags a registration keeps, or `EINVAL` for flags the spec refuses.
+fn checked_access(access: i32) -> Result<u32> {
+    let access = access as u32 & !ACCESS_OPTIONAL;
+    if access & !ACCESS_KNOWN != 0 {
+        return Err(Errno::EINVAL);
+    }
+    // Remote write or atomic access needs local write, as the spec and the kernel require.
+    if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+        && access & ACCESS_LOCAL_WRITE == 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    Ok(access)
+}
+
+impl Reg {
+    /// A registration of `[addr, addr+len)` addressed from `iova` (0 with ZERO_BASED), with the
+    /// provider's share prepared.
+    fn new(
         pd: Arc<Pd>,
         addr: *mut libc::c_void,
         len: usize,
+        iova: u64,
         access: i32,
-    ) -> Result<*mut ibv_mr> {
-        let access = access as u32;
-        let access = access & !ACCESS_OPTIONAL;
-        if access & !ACCESS_KNOWN != 0 {
-            return Err(Errno::EINVAL);
-        }
-        // Remote write or atomic access needs local write, as the spec and the kernel require.
-        if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
-            && access & ACCESS_LOCAL_WRITE == 0
-        {
-            return Err(Errno::EINVAL);
-        }
+    ) -> Result<Reg> {
+        let access = checked_access(access)?;
+        let iova = if access & ACCESS_ZERO_BASED != 0 { 0 } else { iova };
         if addr.is_null() && len != 0 {
             return Err(Errno::EINVAL);
         }
-        if (addr as usize).checked_add(len).is_none() {
+        if (addr as usize).checked_add(len).is_none() || iova.checked_add(len as u64).is_none() {
             return Err(Errno::EINVAL);
         }
         if len > 0 && !is_mapped(addr as usize, len) {
@@ -75,41 +154,225 @@ impl Mr {
         }
         let remote = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
         let share = if access & remote != 0 && access & ACCESS_ON_DEMAND == 0 && len > 0 {
-            pd.ctx.provider.share_memory(addr as usize, len, access)
+            pd.ctx.provider.share_memory(addr as usize, len, iova, access)
         } else {
             None
         };
+        Ok(Reg { pd, addr: addr as usize, len, iova, access, share, null: None })
+    }
+
+    /// A registration posted SGEs are rewritten for: another iova, or a null MR.
+    fn translated(&self) -> bool {
+        self.iova != self.addr as u64 || self.null.is_some()
+    }
+
+    /// The local address of `[at, at+len)` in `space`, if it lies in the region.
+    fn local(&self, at: u64, len: usize, space: KeySpace) -> Option<u64> {
+        let base = match space {
+            KeySpace::Local => self.addr as u64,
+            KeySpace::Remote => self.iova,
+        };
+        translate(base, self.addr, self.len, at, len)
+    }
+
+    /// Ends the registration for peers (before the caller returns).
+    fn revoke(&self) {
+        if let Some(s) = &self.share {
+            s.revoke();
+        }
+    }
+}
+
+/// The address of `[at, at+len)` of a region of `region_len` bytes at `addr` that its key
+/// addresses from `base`, if the range lies inside (every input may come from a peer: no
+/// arithmetic may overflow).
+fn translate(base: u64, addr: usize, region_len: usize, at: u64, len: usize) -> Option<u64> {
+    let off = at.checked_sub(base)?;
+    let end = off.checked_add(u64::try_from(len).ok()?)?;
+    if end > u64::try_from(region_len).ok()? {
+        return None;
+    }
+    u64::try_from(addr).ok()?.checked_add(off)
+}
+
+/// A key not in use (the caller holds the table's write lock).
+fn fresh_key(keys: &FxHashMap<u32, Arc<Reg>>) -> u32 {
+    loop {
+        let k = random_key();
+        if k != 0 && !keys.contains_key(&k) {
+            break k;
+        }
+    }
+}
+
+fn count(reg: &Reg, up: bool) {
+    if reg.translated() {
+        if up {
+            TRANSLATED.fetch_add(1, Ordering::Relaxed);
+        } else {
+            TRANSLATED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Mr {
+    pub fn register(
+        pd: Arc<Pd>,
+        addr: *mut libc::c_void,
+        len: usize,
+        iova: u64,
+        access: i32,
+    ) -> Result<*mut ibv_mr> {
+        let reg = Arc::new(Reg::new(pd, addr, len, iova, access)?);
         let mut raw: CBox<ibv_mr> = CBox::zeroed();
         let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
-        let key = loop {
-            let k = random_key();
-            if k != 0 && !keys.contains_key(&k) {
-                break k;
-            }
-        };
+        let key = fresh_key(&keys);
         let r = raw.init();
-        r.context = pd.ctx.ptr();
-        r.pd = pd.raw.as_ptr();
+        r.context = reg.pd.ctx.ptr();
+        r.pd = reg.pd.raw.as_ptr();
         r.addr = addr;
         r.length = len;
         r.handle = key;
         r.lkey = key;
         r.rkey = key;
         let p = raw.as_ptr();
-        let mr = Arc::new(Mr { raw, pd, addr: addr as usize, len, access, key, share });
-        keys.insert(key, mr.clone());
+        count(&reg, true);
+        keys.insert(key, reg.clone());
+        let mr = Arc::new(Mr { raw, key, reg: RwLock::new(reg) });
         objects().mrs.insert(p as usize, mr);
         Ok(p)
     }
 
     pub fn deregister(p: *mut ibv_mr) -> Result<()> {
         let mr = objects().mrs.remove(p).ok_or(Errno::EINVAL)?;
-        KEYS.write().unwrap_or_else(|e| e.into_inner()).remove(&mr.key);
-        // Before returning: from now on no peer reaches the memory (ibv_dereg_mr's contract).
-        if let Some(s) = &mr.share {
-            s.revoke();
+        // Under the registration's lock: a racing ibv_rereg_mr cannot put the key back.
+        let reg = mr.reg.write().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+            keys.remove(&mr.key);
+            if let Some(n) = reg.null {
+                keys.remove(&n.zero);
+                keys.remove(&n.sink);
+            }
         }
+        count(&reg, false);
+        // Before returning: from now on no peer reaches the memory (ibv_dereg_mr's contract).
+        reg.revoke();
         Ok(())
+    }
+
+    /// `ibv_alloc_null_mr`: an MR of `pd` whose lkey discards what is written and reads as
+    /// zeroes (addr NULL, the maximum length, no rkey).
+    pub fn alloc_null(pd: Arc<Pd>) -> Result<*mut ibv_mr> {
+        let space = null_space().ok_or(Errno::ENOMEM)?;
+        let hidden = |addr: usize, access| Reg {
+            pd: pd.clone(),
+            addr,
+            len: NULL_LEN,
+            iova: addr as u64,
+            access,
+            share: None,
+            null: None,
+        };
+        let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
+        let mut raw: CBox<ibv_mr> = CBox::zeroed();
+        let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+        let nk = NullKeys { zero: fresh_key(&keys), sink: 0 };
+        keys.insert(nk.zero, Arc::new(zero));
+        let nk = NullKeys { sink: fresh_key(&keys), ..nk };
+        keys.insert(nk.sink, Arc::new(sink));
+        let key = fresh_key(&keys);
+        let reg = Arc::new(Reg { len: 0, access: 0, null: Some(nk), ..hidden(0, 0) });
+        let r = raw.init();
+        r.context = pd.ctx.ptr();
+        r.pd = pd.raw.as_ptr();
+        r.addr = std::ptr::null_mut();
+        r.length = usize::MAX;
+        r.handle = key;
+        r.lkey = key;
+        r.rkey = 0;
+        let p = raw.as_ptr();
+        count(&reg, true);
+        keys.insert(key, reg.clone());
+        let mr = Arc::new(Mr { raw, key, reg: RwLock::new(reg) });
+        objects().mrs.insert(p as usize, mr);
+        Ok(p)
+    }
+
+    /// The current registration.
+    pub fn reg(&self) -> Arc<Reg> {
+        self.reg.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn pd(&self) -> Arc<Pd> {
+        self.reg().pd.clone()
+    }
+
+    /// `ibv_rereg_mr`: `Err` is an input error (the MR is unchanged: IBV_REREG_MR_ERR_INPUT),
+    /// `Ok(Err)` a failure of the registration itself (IBV_REREG_MR_ERR_CMD; here too the old
+    /// registration stays, which the man page allows). On success the keys stay the same, the
+    /// old range is out of every peer's reach and `mr` describes the new registration.
+    pub fn reregister(
+        p: *mut ibv_mr,
+        flags: i32,
+        pd: *mut ibv_pd,
+        addr: *mut libc::c_void,
+        len: usize,
+        access: i32,
+    ) -> Result<Result<()>> {
+        let mr = objects().mrs.get(p)?;
+        if flags == 0 || flags & !REREG_SUPPORTED != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & REREG_TRANSLATION != 0 && (addr.is_null() || len == 0) {
+            return Err(Errno::EINVAL);
+        }
+        let pd = if flags & REREG_PD != 0 { Some(objects().pds.get(pd)?) } else { None };
+        let mut cur = mr.reg.write().unwrap_or_else(|e| e.into_inner());
+        if cur.null.is_some() {
+            return Err(Errno::EINVAL); // "the use of ibv_rereg_mr() with this MR is invalid"
+        }
+        let new_pd = match pd {
+            None => cur.pd.clone(),
+            Some(pd) if Arc::ptr_eq(&pd.ctx, &cur.pd.ctx) => pd,
+            Some(_) => return Err(Errno::EINVAL),
+        };
+        let (new_addr, new_len, new_iova) = if flags & REREG_TRANSLATION != 0 {
+            (addr, len, addr as u64) // the kernel's rereg takes the address as the iova
+        } else {
+            (cur.addr as *mut libc::c_void, cur.len, cur.iova)
+        };
+        let new_access = if flags & REREG_ACCESS != 0 { access } else { cur.access as i32 };
+        // Peers lose the old range before the new one is prepared (its pages may be the same).
+        cur.revoke();
+        let reg = match Reg::new(new_pd, new_addr, new_len, new_iova, new_access) {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                // The old registration stays for the copy path (its share is revoked).
+                return Ok(Err(e));
+            }
+        };
+        {
+            let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+            if !keys.contains_key(&mr.key) {
+                drop(keys);
+                reg.revoke(); // deregistered meanwhile: the key stays gone
+                return Err(Errno::EINVAL);
+            }
+            count(&cur, false);
+            count(&reg, true);
+            keys.insert(mr.key, reg.clone());
+        }
+        let raw = mr.raw.as_ptr();
+        // SAFETY: raw is the live MR's struct, ours; single-field raw-pointer writes under the
+        // MR's registration lock (CBox's rule), as libibverbs writes them after a rereg.
+        unsafe {
+            (*raw).pd = reg.pd.raw.as_ptr();
+            (*raw).addr = new_addr;
+            (*raw).length = new_len;
+        }
+        *cur = reg;
+        Ok(Ok(()))
     }
 }
 
@@ -124,33 +387,52 @@ fn is_mapped(addr: usize, len: usize) -> bool {
     unsafe { libc::msync(start as *mut libc::c_void, end - start, libc::MS_ASYNC) == 0 }
 }
 
-/// Checks that `[addr, addr+len)` lies in the region `key` of `pd` with rights `need`, and returns
-/// the region (kept alive while the caller copies).
+/// Checks that `[addr, addr+len)` (in `space`) lies in the region `key` of `pd` with rights
+/// `need`, and returns the region (kept alive while the caller copies) with the local address.
 pub fn lookup(
     key: u32,
     pd: &Pd,
     addr: u64,
     len: usize,
     need: u32,
-) -> std::result::Result<Arc<Mr>, AccessError> {
-    let mr = KEYS
+    space: KeySpace,
+) -> std::result::Result<(Arc<Reg>, u64), AccessError> {
+    let reg = KEYS
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .get(&key)
         .cloned()
         .ok_or(AccessError::Protection)?;
-    if !std::ptr::eq(Arc::as_ptr(&mr.pd), pd) {
+    if !std::ptr::eq(Arc::as_ptr(&reg.pd), pd) {
         return Err(AccessError::Protection);
     }
-    let start = addr as usize;
-    let end = start.checked_add(len).ok_or(AccessError::Protection)?;
-    if start < mr.addr || end > mr.addr + mr.len {
-        return Err(AccessError::Protection);
-    }
-    if mr.access & need != need {
+    let local = reg.local(addr, len, space).ok_or(AccessError::Protection)?;
+    if reg.access & need != need {
         return Err(AccessError::Access);
     }
-    Ok(mr)
+    Ok((reg, local))
+}
+
+/// A posted SGE with its address in this process's space: an lkey of a region registered with
+/// another iova takes addresses from that iova. An address outside such a region gets key 0
+/// (never issued), so the provider's check refuses it as it would have refused the range. A
+/// null MR's SGE goes to the zero pages, or to the sink if the operation `writes` it.
+pub fn translate_sge(s: Sge, writes: bool) -> Sge {
+    if TRANSLATED.load(Ordering::Relaxed) == 0 || s.length == 0 {
+        return s;
+    }
+    let reg = KEYS.read().unwrap_or_else(|e| e.into_inner()).get(&s.lkey).cloned();
+    let Some(r) = reg.filter(|r| r.translated()) else { return s };
+    if let (Some(n), Some(space)) = (r.null, null_space()) {
+        return match writes {
+            true => Sge { addr: space.sink as u64, lkey: n.sink, ..s },
+            false => Sge { addr: space.zero as u64, lkey: n.zero, ..s },
+        };
+    }
+    match r.local(s.addr, s.length as usize, KeySpace::Remote) {
+        Some(addr) => Sge { addr, ..s },
+        None => Sge { lkey: 0, ..s },
+    }
 }
 
 /// The provider checks local and remote keys against the table through the QP's PD.
@@ -161,13 +443,57 @@ impl MemoryKeys for Pd {
         addr: u64,
         len: usize,
         need: u32,
-    ) -> std::result::Result<Region, AccessError> {
-        lookup(key, self, addr, len, need).map(|mr| mr as Region)
+        space: KeySpace,
+    ) -> std::result::Result<Checked, AccessError> {
+        lookup(key, self, addr, len, need, space)
+            .map(|(reg, addr)| Checked { region: reg as Region, addr })
     }
 
     fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {
         let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
-        let mr = keys.get(&key).filter(|mr| std::ptr::eq(Arc::as_ptr(&mr.pd), self))?;
-        mr.share.clone()
+        let reg = keys.get(&key).filter(|r| std::ptr::eq(Arc::as_ptr(&r.pd), self))?;
+        reg.share.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::translate;
+
+    #[test]
+    fn identity_when_iova_is_the_address() {
+        assert_eq!(translate(0x1000, 0x1000, 64, 0x1000, 64), Some(0x1000));
+        assert_eq!(translate(0x1000, 0x1000, 64, 0x1010, 8), Some(0x1010));
+    }
+
+    #[test]
+    fn iova_and_zero_based() {
+        // ibv_reg_mr_iova: iova 4 GiB, region at 0x5000.
+        assert_eq!(translate(1 << 32, 0x5000, 64, (1 << 32) + 16, 4), Some(0x5010));
+        // The virtual address is not an iova-space address.
+        assert_eq!(translate(1 << 32, 0x5000, 64, 0x5010, 4), None);
+        // ZERO_BASED: offsets.
+        assert_eq!(translate(0, 0x5000, 64, 8, 4), Some(0x5008));
+        assert_eq!(translate(0, 0x5000, 64, 0, 64), Some(0x5000));
+        assert_eq!(translate(0, 0x5000, 64, 0, 0), Some(0x5000));
+    }
+
+    #[test]
+    fn iova_bounds() {
+        assert_eq!(translate(0x100, 0x5000, 64, 0xff, 1), None, "below the iova");
+        assert_eq!(translate(0x100, 0x5000, 64, 0x100 + 60, 5), None, "past the end");
+        assert_eq!(translate(0x100, 0x5000, 64, 0x100 + 64, 0), Some(0x5040), "empty at the end");
+        assert_eq!(translate(0x100, 0x5000, 64, 0x100 + 65, 0), None, "empty past the end");
+    }
+
+    #[test]
+    fn no_overflow() {
+        let max = u64::MAX;
+        assert_eq!(translate(max - 8, 0x5000, 64, max, 64), None);
+        assert_eq!(translate(0, 0x5000, 64, max, usize::MAX), None);
+        assert_eq!(translate(0, 0x5000, 64, 8, usize::MAX), None);
+        assert_eq!(translate(0, usize::MAX - 4, 64, 8, 4), None, "local address overflows");
+        assert_eq!(translate(max - 63, 0x5000, 64, max - 63, 64), Some(0x5000));
+        assert_eq!(translate(max - 63, 0x5000, 64, max, 1), Some(0x503f));
     }
 }

@@ -28,7 +28,7 @@ impl Pd {
     pub fn dealloc(p: *mut ibv_pd) -> Result<()> {
         let pd = objects().pds.get(p)?;
         let o = objects();
-        let busy = o.mrs.values().iter().any(|m| Arc::ptr_eq(&m.pd, &pd))
+        let busy = o.mrs.values().iter().any(|m| Arc::ptr_eq(&m.pd(), &pd))
             || o.qps.values().iter().any(|q| Arc::ptr_eq(&q.pd, &pd))
             || o.srqs.values().iter().any(|s| Arc::ptr_eq(&s.pd, &pd))
             || o.ahs.values().iter().any(|a| Arc::ptr_eq(&a.pd, &pd));

@@ -124,7 +124,7 @@ impl SendWr {
                 }
             }
         } else {
-            Payload::Sges(sgl_of(sges))
+            Payload::Sges(sgl_of(sges, !one_way(self.wqe.opcode)))
         };
         Ok(())
     }
@@ -226,12 +226,16 @@ unsafe fn sge_slice<'a>(sg: *const ibv_sge, n: i32) -> Result<&'a [ibv_sge]> {
 pub unsafe fn read_sgl(sg: *const ibv_sge, n: i32) -> Result<Sgl> {
     // SAFETY: per the function's contract.
     let s = unsafe { sge_slice(sg, n) }?;
-    Ok(sgl_of(s))
+    Ok(sgl_of(s, true))
 }
 
-/// A C scatter/gather array as the provider's list (one entry needs no allocation).
-pub fn sgl_of(s: &[ibv_sge]) -> Sgl {
-    let sge = |e: &ibv_sge| Sge { addr: e.addr, length: e.length, lkey: e.lkey };
+/// A C scatter/gather array as the provider's list (one entry needs no allocation), its
+/// addresses translated to this process's where a region has another iova or is a null MR
+/// (`writes`: the operation writes the list, as receives, READs and atomics do).
+pub fn sgl_of(s: &[ibv_sge], writes: bool) -> Sgl {
+    let sge = |e: &ibv_sge| {
+        super::mr::translate_sge(Sge { addr: e.addr, length: e.length, lkey: e.lkey }, writes)
+    };
     match s {
         [one] => Sgl::One(sge(one)),
         _ => Sgl::Many(s.iter().map(sge).collect()),

@@ -67,12 +67,13 @@ impl Provider for Soft {
         &self,
         addr: usize,
         len: usize,
+        iova: u64,
         access: u32,
     ) -> Option<Arc<dyn crate::provider::SharedRegion>> {
         if !direct::enabled() {
             return None;
         }
-        match direct::share::SharedMem::create(addr, len, access) {
+        match direct::share::SharedMem::create(addr, len, iova, access) {
             Ok(s) => {
                 crate::trace::note(format_args!(
                     "region {addr:#x}+{len}: pages {:#x}+{} on a memfd, direct path for peers",

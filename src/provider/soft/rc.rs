@@ -12,7 +12,8 @@ use super::qp::{Inner, SoftQp};
 use super::ring::*;
 use super::segcheck::Open;
 use crate::provider::{
-    AccessError, Completion, Payload, QpState, RecvWqe, Region, SendWqe, Sgl, ACCESS_LOCAL_WRITE,
+    AccessError, Completion, KeySpace, Payload, QpState, RecvWqe, Region, SendWqe, Sgl,
+    ACCESS_LOCAL_WRITE,
 };
 use crate::runtime::engine::engine;
 use crate::sys::*;
@@ -369,7 +370,7 @@ impl SoftQp {
             if s.length == 0 {
                 continue;
             }
-            self.keys.lookup(s.lkey, s.addr, s.length as usize, need)?;
+            self.keys.lookup(s.lkey, s.addr, s.length as usize, need, KeySpace::Local)?;
         }
         Ok(())
     }

@@ -16,8 +16,8 @@ use super::rc::{message_slots, status_of, InMsg, Inflight, RespJob};
 use super::ring::*;
 use super::segcheck::{self, Awaits, Open, Outstanding, Step};
 use crate::provider::{
-    Completion, QpEvent, QpState, RecvWqe, Region, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
-    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    Completion, KeySpace, QpEvent, QpState, RecvWqe, Region, ACCESS_LOCAL_WRITE,
+    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use crate::sys::*;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -225,9 +225,8 @@ impl SoftQp {
             return Flow::Stop;
         }
         if first {
-            let base = h.remote_addr;
-            match self.check_remote(st, h.rkey, base, len as u64, ACCESS_REMOTE_WRITE) {
-                Ok(mr) => {
+            match self.check_remote(st, h.rkey, h.remote_addr, len as u64, ACCESS_REMOTE_WRITE) {
+                Ok((mr, base)) => {
                     st.cur_in =
                         Some(InMsg::Write { base, mr, open: Open { opcode, len, got: 0, imm } })
                 }
@@ -270,21 +269,26 @@ impl SoftQp {
         }
         let r = if opcode == OP_READ_REQ {
             let len = h.msg_len as u64;
-            self.check_remote(st, h.rkey, h.remote_addr, len, ACCESS_REMOTE_READ).map(|mr| {
-                RespJob::Read {
+            self.check_remote(st, h.rkey, h.remote_addr, len, ACCESS_REMOTE_READ).map(
+                |(mr, addr)| RespJob::Read {
                     req_seq: seq.wrapping_add(1),
-                    addr: h.remote_addr,
+                    addr,
                     len,
                     off: 0,
                     _mr: mr,
-                }
-            })
+                },
+            )
         } else if h.remote_addr % 8 != 0 {
             Err(IBV_WC_REM_INV_REQ_ERR)
         } else {
-            self.check_remote(st, h.rkey, h.remote_addr, 8, ACCESS_REMOTE_ATOMIC).map(|_mr| {
-                // SAFETY: 8 aligned bytes inside a live region with atomic access.
-                let cell = unsafe { AtomicU64::from_ptr(h.remote_addr as *mut u64) };
+            self.check_remote(st, h.rkey, h.remote_addr, 8, ACCESS_REMOTE_ATOMIC).and_then(|c| {
+                let (_mr, addr) = c;
+                if addr % 8 != 0 {
+                    return Err(IBV_WC_REM_INV_REQ_ERR); // an aligned iova, its address not
+                }
+                // SAFETY: 8 aligned bytes (checked just above) inside a live region with atomic
+                // access.
+                let cell = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
                 let value = if opcode == OP_CMP_SWAP {
                     match cell.compare_exchange(
                         h.compare_add,
@@ -297,7 +301,7 @@ impl SoftQp {
                 } else {
                     cell.fetch_add(h.compare_add, Ordering::SeqCst)
                 };
-                RespJob::Atomic { req_seq: seq.wrapping_add(1), value }
+                Ok(RespJob::Atomic { req_seq: seq.wrapping_add(1), value })
             })
         };
         match r {
@@ -391,7 +395,8 @@ impl SoftQp {
         })
     }
 
-    /// A remote access: the QP must allow it and the region must cover it with `need`.
+    /// A remote access: the QP must allow it and the region must cover it with `need`. The
+    /// region (`None` for an empty range) and the local address of `addr` (an iova).
     fn check_remote(
         &self,
         st: &Inner,
@@ -399,16 +404,17 @@ impl SoftQp {
         addr: u64,
         len: u64,
         need: u32,
-    ) -> Result<Option<Region>, u32> {
+    ) -> Result<(Option<Region>, u64), u32> {
         if st.attr.qp_access_flags & need != need {
             return Err(IBV_WC_REM_INV_REQ_ERR);
         }
         if len == 0 {
-            return Ok(None);
+            return Ok((None, addr));
         }
-        let region = self.keys.lookup(rkey, addr, len as usize, need).map_err(status_of)?;
+        let len = usize::try_from(len).map_err(|_| IBV_WC_REM_ACCESS_ERR)?;
+        let c = self.keys.lookup(rkey, addr, len, need, KeySpace::Remote).map_err(status_of)?;
         self.offer_direct(st, rkey);
-        Ok(Some(region))
+        Ok((Some(c.region), c.addr))
     }
 
     /// The peer just passed our checks on region `rkey`: if the region is on a memfd, the peer

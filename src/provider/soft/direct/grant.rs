@@ -52,7 +52,9 @@ pub fn offer(magic: u32, rkey: u32, s: &SharedMem, qp_access: u32) -> Option<(Gr
     }
     let writable = access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
     let fd = reopen(s.fd(), writable)?;
-    let msg = GrantMsg { magic, kind: GRANT, rkey, access, base: s.base as u64, len: s.len as u64 };
+    // The peer addresses the region as its rkey does: in iova space.
+    let (base, len) = (s.remote_base, s.len as u64);
+    let msg = GrantMsg { magic, kind: GRANT, rkey, access, base, len };
     Some((msg, fd))
 }
 

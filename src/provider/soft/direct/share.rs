@@ -29,6 +29,8 @@ pub struct SharedMem {
     /// The region's whole pages, `[base, base + len)`.
     pub base: usize,
     pub len: usize,
+    /// Where peers address `base`: the region's iova space (page-aligned).
+    pub remote_base: u64,
     /// The region's access flags (`ibv_access_flags`).
     pub access: u32,
     fd: OwnedFd,
@@ -58,18 +60,26 @@ fn lock_live() -> std::sync::MutexGuard<'static, Vec<Weak<SharedMem>>> {
 #[derive(Debug)]
 pub enum NotShared {
     NoWholePage,
+    /// The pages' iova is not page-aligned (a peer's mapping needs it to be).
+    UnalignedIova,
     NotPrivateAnonymous,
     Overlaps,
     System(i32),
 }
 
 impl SharedMem {
-    /// Moves the whole pages of `[addr, addr + len)` onto a new memfd.
+    /// Moves the whole pages of `[addr, addr + len)`, which peers address from `iova`, onto a
+    /// new memfd.
     ///
     /// Writes to those pages by another thread while this runs may be lost (between the copy
     /// and the remap), as may writes during `revoke`: registering or deregistering memory that
     /// another thread is writing is a race on real hardware too.
-    pub fn create(addr: usize, len: usize, access: u32) -> Result<Arc<SharedMem>, NotShared> {
+    pub fn create(
+        addr: usize,
+        len: usize,
+        iova: u64,
+        access: u32,
+    ) -> Result<Arc<SharedMem>, NotShared> {
         let page = page_size();
         let base = addr.next_multiple_of(page);
         let end = (addr + len) / page * page;
@@ -77,6 +87,10 @@ impl SharedMem {
             return Err(NotShared::NoWholePage);
         }
         let len = end - base;
+        let remote_base = iova
+            .checked_add((base - addr) as u64)
+            .filter(|b| b % page as u64 == 0 && b.checked_add(len as u64).is_some())
+            .ok_or(NotShared::UnalignedIova)?;
         if !maps::private_anon(base, end) {
             return Err(NotShared::NotPrivateAnonymous);
         }
@@ -118,6 +132,7 @@ impl SharedMem {
         let s = Arc::new(SharedMem {
             base,
             len,
+            remote_base,
             access,
             fd,
             inode,
@@ -328,12 +343,34 @@ mod tests {
     fn only_whole_pages_are_shared() {
         let page = page_size();
         let p = anon(3) as usize;
-        let s =
-            SharedMem::create(p + 1, 2 * page, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE).unwrap();
+        let s = SharedMem::create(
+            p + 1,
+            2 * page,
+            (p + 1) as u64,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+        )
+        .unwrap();
         assert_eq!((s.base, s.len), (p + page, page));
-        assert!(matches!(SharedMem::create(p + 1, page, 0), Err(NotShared::NoWholePage)));
+        assert!(matches!(
+            SharedMem::create(p + 1, page, (p + 1) as u64, 0),
+            Err(NotShared::NoWholePage)
+        ));
         // The pages are on the memfd now: not again (the map says so, and so does LIVE).
-        assert!(SharedMem::create(p, 3 * page, 0).is_err());
+        assert!(SharedMem::create(p, 3 * page, p as u64, 0).is_err());
+    }
+
+    #[test]
+    fn peers_address_the_pages_in_iova_space() {
+        let page = page_size();
+        let p = anon(3) as usize;
+        let rw = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE;
+        assert!(matches!(SharedMem::create(p, page, 8, rw), Err(NotShared::UnalignedIova)));
+        let top = u64::MAX - page as u64 + 1;
+        assert!(matches!(SharedMem::create(p, page, top, rw), Err(NotShared::UnalignedIova)));
+        // Region p+1 from iova 1: its whole page p+page is at iova page.
+        let s = SharedMem::create(p + 1, 2 * page, 1, rw).unwrap();
+        assert_eq!((s.base, s.remote_base), (p + page, page as u64));
+        s.revoke();
     }
 
     #[test]
@@ -342,7 +379,8 @@ mod tests {
         let p = anon(2);
         let len = 2 * page;
         let s =
-            SharedMem::create(p as usize, len, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE).unwrap();
+            SharedMem::create(p as usize, len, p as u64, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE)
+                .unwrap();
         // SAFETY: p has len bytes, still mapped (now onto the memfd).
         let mine = unsafe { std::slice::from_raw_parts(p, len) };
         assert!(mine.iter().enumerate().all(|(i, &b)| b == i as u8), "contents moved intact");
@@ -368,7 +406,8 @@ mod tests {
         let page = page_size();
         let p = anon(1);
         let s =
-            SharedMem::create(p as usize, page, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE).unwrap();
+            SharedMem::create(p as usize, page, p as u64, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE)
+                .unwrap();
         let (prot, flags) =
             (libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED);
         // SAFETY: replaces the test's own page (the application unmapping and remapping it).

@@ -15,7 +15,7 @@ use super::endpoint;
 use crate::provider::soft::roce::{self, Flow, Packet, Syndrome};
 use crate::provider::soft::transport::{self as t, RcConfig, RcQp};
 use crate::provider::{
-    Completion, CompletionSink, MemoryKeys, Payload, QpEvent, RecvWqe, SendWqe, Sgl,
+    Completion, CompletionSink, KeySpace, MemoryKeys, Payload, QpEvent, RecvWqe, SendWqe, Sgl,
     SharedRecvQueue, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
@@ -600,31 +600,39 @@ impl Mem<'_> {
                 continue;
             }
             let take = ((l - skip) as usize).min(n - done);
-            let addr = s.addr + skip;
-            let _region =
-                self.keys.lookup(s.lkey, addr, take, need).map_err(|_| t::MemError::Access)?;
-            f(addr, done, take);
+            let addr = s.addr.checked_add(skip).ok_or(t::MemError::Access)?;
+            let c = self
+                .keys
+                .lookup(s.lkey, addr, take, need, KeySpace::Local)
+                .map_err(|_| t::MemError::Access)?;
+            f(c.addr, done, take);
             done += take;
             skip = 0;
         }
         Ok(())
     }
 
+    /// Checks `[va, va+len)` of `rkey` (in the region's iova space) and translates it: the
+    /// region (`None` for an empty range) and the local address to touch.
     fn remote(
         &self,
         rkey: u32,
         va: u64,
         len: u64,
         need: u32,
-    ) -> Result<Option<crate::provider::Region>, t::MemError> {
+    ) -> Result<(Option<crate::provider::Region>, u64), t::MemError> {
         if self.access & need != need {
             return Err(t::MemError::Access);
         }
         if len == 0 {
-            return Ok(None);
+            return Ok((None, va));
         }
         let len = usize::try_from(len).map_err(|_| t::MemError::Access)?;
-        self.keys.lookup(rkey, va, len, need).map(Some).map_err(|_| t::MemError::Access)
+        let c = self
+            .keys
+            .lookup(rkey, va, len, need, KeySpace::Remote)
+            .map_err(|_| t::MemError::Access)?;
+        Ok((Some(c.region), c.addr))
     }
 }
 
@@ -664,18 +672,20 @@ impl t::Memory for Mem<'_> {
     }
 
     fn read_remote(&mut self, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), t::MemError> {
-        let _r = self.remote(rkey, va, dst.len() as u64, ACCESS_REMOTE_READ)?;
+        let (_r, va) = self.remote(rkey, va, dst.len() as u64, ACCESS_REMOTE_READ)?;
         if !dst.is_empty() {
-            // SAFETY: [va, va + len) lies in a live region with remote read (checked above).
+            // SAFETY: [va, va + len) (translated) lies in a live region with remote read
+            // (checked above).
             unsafe { std::ptr::copy_nonoverlapping(va as *const u8, dst.as_mut_ptr(), dst.len()) }
         }
         Ok(())
     }
 
     fn write_remote(&mut self, rkey: u32, va: u64, src: &[u8]) -> Result<(), t::MemError> {
-        let _r = self.remote(rkey, va, src.len() as u64, ACCESS_REMOTE_WRITE)?;
+        let (_r, va) = self.remote(rkey, va, src.len() as u64, ACCESS_REMOTE_WRITE)?;
         if let Some((last, head)) = src.split_last() {
-            // SAFETY: [va, va + len) lies in a live region with remote write (checked above).
+            // SAFETY: [va, va + len) (translated) lies in a live region with remote write
+            // (checked above).
             // The last byte lands last: a target spinning on it then sees the whole payload.
             unsafe {
                 std::ptr::copy_nonoverlapping(head.as_ptr(), va as *mut u8, head.len());
@@ -690,7 +700,10 @@ impl t::Memory for Mem<'_> {
         if va % 8 != 0 {
             return Err(t::MemError::Access);
         }
-        let _r = self.remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        let (_r, va) = self.remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        if va % 8 != 0 {
+            return Err(t::MemError::Access); // an iova aligned, its local address not
+        }
         // SAFETY: 8 aligned bytes inside a live region with atomic access (checked above).
         let cell = unsafe { AtomicU64::from_ptr(va as *mut u64) };
         Ok(match op {

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::provider::soft::transport::Memory as _;
-use crate::provider::{AccessError, Region, Sge};
+use crate::provider::{AccessError, Checked, KeySpace, Sge};
 
 /// One registered region: `[base, base+len)` with key `key` and rights `rights`.
 struct Keys {
@@ -14,7 +14,14 @@ struct Keys {
 }
 
 impl MemoryKeys for Keys {
-    fn lookup(&self, key: u32, addr: u64, len: usize, need: u32) -> Result<Region, AccessError> {
+    fn lookup(
+        &self,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+        _space: KeySpace,
+    ) -> Result<Checked, AccessError> {
         let end = addr.checked_add(len as u64).ok_or(AccessError::Protection)?;
         if key != self.key || addr < self.base || end > self.base + self.len as u64 {
             return Err(AccessError::Protection);
@@ -22,7 +29,7 @@ impl MemoryKeys for Keys {
         if self.rights & need != need {
             return Err(AccessError::Access);
         }
-        Ok(Arc::new(()))
+        Ok(Checked { region: Arc::new(()), addr })
     }
 }
 
