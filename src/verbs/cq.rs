@@ -327,9 +327,11 @@ impl Cq {
             Decision::Hold => {}
             Decision::Time(after, generation) => {
                 drop(st);
-                // The timer needs the CQ's Arc: look it up (it is registered while it lives).
-                if let Ok(me) = objects().cqs.get(self.raw.as_ptr()) {
-                    super::cq_mod::start_timer(&me, after, generation);
+                // The timer needs the CQ's Arc: look it up (it is registered while it lives);
+                // without it the event is raised now rather than held.
+                match objects().cqs.get(self.raw.as_ptr()) {
+                    Ok(me) => super::cq_mod::start_timer(&me, after, generation),
+                    Err(_) => self.moderation_expired(generation),
                 }
             }
         }

@@ -64,7 +64,7 @@ impl Moderation {
             return Decision::Raise;
         }
         self.pending = self.pending.saturating_add(1);
-        if self.count == 1 || (self.count != 0 && self.pending >= self.count as u32) {
+        if self.count != 0 && self.pending >= self.count as u32 {
             return Decision::Raise;
         }
         if self.period == 0 || self.timing {
