@@ -35,6 +35,7 @@ c_structs!(
     ibv_device,
     verbs_context,
     ibv_pd,
+    ibv_td,
     ibv_mr,
     ibv_ah,
     ibv_srq,

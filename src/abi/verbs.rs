@@ -233,15 +233,15 @@ entry! {
     }
 
     fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> NullOr<ibv_mr> {
-        Mr::register(objects().pds.get(pd)?, addr, length, addr as u64, access)
+        objects().pds.get(pd)?.reg_mr(|d| Mr::register(d, addr, length, addr as u64, access))
     }
 
     fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> NullOr<ibv_mr> {
-        Mr::register(objects().pds.get(pd)?, addr, length, iova, access)
+        objects().pds.get(pd)?.reg_mr(|d| Mr::register(d, addr, length, iova, access))
     }
 
     fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> NullOr<ibv_mr> {
-        Mr::register(objects().pds.get(pd)?, addr, length, iova, access as c_int)
+        objects().pds.get(pd)?.reg_mr(|d| Mr::register(d, addr, length, iova, access as c_int))
     }
 
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> ReregCode {
@@ -694,8 +694,6 @@ entry! {
 unimplemented_entry! { Errno::EOPNOTSUPP =>
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> NullOr<ibv_mr>;
     fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> PositiveErrno;
-    fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> PositiveErrno;
-    fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> PositiveErrno;
     fn ibv_import_device(cmd_fd: c_int) -> NullOr<ibv_context>;
     fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> NullOr<ibv_pd>;
     fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> NullOr<ibv_mr>;

@@ -1,11 +1,14 @@
 //! Extended verbs at the C boundary.
 //!
 //! * The `verbs_context` ops that the inline wrappers of verbs.h call ([`fill_context_ops`]):
-//!   `query_port` (the full `ibv_port_attr`), `query_device_ex`, `create_cq_ex`,
-//!   `create_qp_ex` and `alloc_null_mr`. Every other op stays NULL, so its inline wrapper answers `EOPNOTSUPP`.
+//!   `query_port` (the full `ibv_port_attr`), `query_device_ex`, `query_rt_values`,
+//!   `create_cq_ex`, `modify_cq`, `create_qp_ex`, `alloc_td`/`dealloc_td`,
+//!   `alloc_parent_domain` and `alloc_null_mr`. Every other op stays NULL, so its inline wrapper
+//!   answers `EOPNOTSUPP`.
 //! * The `ibv_cq_ex` functions behind `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` and
 //!   `ibv_wc_read_*`.
 //! * The `ibv_qp_ex` functions behind `ibv_wr_*`, and the exported `ibv_qp_to_qp_ex`.
+//! * The exported ECE calls, `ibv_query_ece` and `ibv_set_ece`.
 //!
 //! None of these callbacks is an exported symbol (libibverbs does not export them either); the
 //! ones with logic run their body through [`crate::entry_body!`] like every `entry!` (named as
@@ -16,11 +19,12 @@ use crate::abi::{arg, out, Nothing, NullOr, PositiveErrno};
 use crate::entry;
 use crate::errno::Errno;
 use crate::sys::*;
-use crate::verbs::cq::Cq;
+use crate::verbs::cq::{Cq, ExOpts};
 use crate::verbs::cq_ex::{self, CqAlloc, Cursor};
 use crate::verbs::device_ex;
 use crate::verbs::mr::Mr;
 use crate::verbs::objects;
+use crate::verbs::pd::{Pd, Td};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_ex::{self, Op, QpEx};
 use libc::{c_int, c_uint};
@@ -35,12 +39,17 @@ pub fn fill_context_ops(v: &mut verbs_context) {
     v.query_device_ex = Some(query_device_ex);
     v.create_cq_ex = Some(create_cq_ex);
     v.create_qp_ex = Some(create_qp_ex);
+    v.query_rt_values = Some(query_rt_values);
+    v.modify_cq = Some(modify_cq);
+    v.alloc_td = Some(alloc_td);
+    v.dealloc_td = Some(dealloc_td);
+    v.alloc_parent_domain = Some(alloc_parent_domain);
     v.alloc_null_mr = Some(alloc_null_mr);
 }
 
 unsafe extern "C" fn alloc_null_mr(pd: *mut ibv_pd) -> *mut ibv_mr {
     crate::entry_body!("ibv_alloc_null_mr"(pd) -> NullOr<ibv_mr> {
-        Mr::alloc_null(objects().pds.get(pd)?)
+        objects().pds.get(pd)?.reg_mr(Mr::alloc_null)
     })
 }
 
@@ -82,6 +91,51 @@ unsafe extern "C" fn query_device_ex(
     })
 }
 
+unsafe extern "C" fn query_rt_values(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    crate::entry_body!("ibv_query_rt_values_ex"(context, values) -> PositiveErrno {
+        objects().contexts.get(context)?;
+        // SAFETY: values is NULL or valid for reads and writes.
+        device_ex::rt_values(unsafe { out(values) }?)
+    })
+}
+
+unsafe extern "C" fn modify_cq(cq: *mut ibv_cq, attr: *mut ibv_modify_cq_attr) -> c_int {
+    crate::entry_body!("ibv_modify_cq"(cq, attr) -> PositiveErrno {
+        let c = objects().cqs.get(cq)?;
+        // SAFETY: attr is NULL or valid for reads.
+        c.modify(unsafe { arg(attr) }?)
+    })
+}
+
+unsafe extern "C" fn alloc_td(
+    context: *mut ibv_context,
+    init_attr: *mut ibv_td_init_attr,
+) -> *mut ibv_td {
+    crate::entry_body!("ibv_alloc_td"(context, init_attr) -> NullOr<ibv_td> {
+        let c = objects().contexts.get(context)?;
+        // SAFETY: init_attr is NULL or valid for reads.
+        Td::alloc(c, unsafe { arg(init_attr) }?)
+    })
+}
+
+unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
+    crate::entry_body!("ibv_dealloc_td"(td) -> PositiveErrno { Td::dealloc(td) })
+}
+
+unsafe extern "C" fn alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    crate::entry_body!("ibv_alloc_parent_domain"(context, attr) -> NullOr<ibv_pd> {
+        let c = objects().contexts.get(context)?;
+        // SAFETY: attr is NULL or valid for reads.
+        Pd::alloc_parent(c, unsafe { arg(attr) }?)
+    })
+}
+
 unsafe extern "C" fn create_cq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
@@ -91,6 +145,7 @@ unsafe extern "C" fn create_cq_ex(
         // SAFETY: attr is NULL or valid for reads.
         let a = unsafe { arg(attr) }?;
         cq_ex::check_init_attr(a)?;
+        let parent = cq_ex::parent_domain(&c, a)?;
         let ch = if a.channel.is_null() { None } else { Some(objects().channels.get(a.channel)?) };
         let wc_flags = a.wc_flags;
         let vector = i32::try_from(a.comp_vector).map_err(|_| Errno::EINVAL)?;
@@ -100,7 +155,7 @@ unsafe extern "C" fn create_cq_ex(
             a.cq_context,
             ch,
             vector,
-            cq_ex::wants_stamp(wc_flags),
+            ExOpts { stamp: cq_ex::wants_stamp(wc_flags), parent },
             |ex| fill_cq_ops(ex, wc_flags),
         )
     })
@@ -449,6 +504,21 @@ unsafe extern "C" fn wr_atomic_write(
 }
 
 entry! {
+    /// The QP's ECE options (`verbs::ece`).
+    fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> PositiveErrno {
+        let q = objects().qps.get(qp)?;
+        // SAFETY: ece is NULL or valid for writes.
+        *unsafe { out(ece) }? = q.query_ece();
+        Ok(())
+    }
+
+    /// Sets the QP's ECE options; the ones taken come back in `ece`.
+    fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> PositiveErrno {
+        let q = objects().qps.get(qp)?;
+        // SAFETY: ece is NULL or valid for reads and writes (the accepted options come back).
+        q.set_ece(unsafe { out(ece) }?)
+    }
+
     /// The `ibv_qp_ex` of one of our QPs (every QP is allocated as one), with its posting
     /// functions filled; NULL + `EINVAL` for anything else.
     fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> NullOr<ibv_qp_ex> {
@@ -456,3 +526,7 @@ entry! {
         Ok(enable(&q))
     }
 }
+
+#[cfg(test)]
+#[path = "verbs_ex_tests.rs"]
+mod tests;

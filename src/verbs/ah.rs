@@ -17,6 +17,8 @@ impl Ah {
     /// `EINVAL` without a GRH (the port is RoCE: hardware and rxe refuse such an AH, as there
     /// is no LID to route by) or on a port other than 1.
     pub fn create(pd: Arc<Pd>, attr: &ibv_ah_attr) -> Result<*mut ibv_ah> {
+        // Created in the PD's domain; the C struct names the PD (or parent domain) given.
+        let (named, pd) = (pd.raw.as_ptr(), pd.domain());
         // A source GID index beyond the port's table is invalid (conformance: ibv_create_ah
         // ERR-ATTR).
         if attr.is_global == 0
@@ -29,7 +31,7 @@ impl Ah {
         let handle = raw.addr() as u32;
         let r = raw.init();
         r.context = pd.ctx.ptr();
-        r.pd = pd.raw.as_ptr();
+        r.pd = named;
         r.handle = handle;
         let p = raw.as_ptr();
         objects().ahs.insert(p as usize, Arc::new(Ah { raw, pd, attr: *attr }));

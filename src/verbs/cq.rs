@@ -15,8 +15,10 @@
 //! event, so `poll()`, `epoll` and `O_NONBLOCK` (`EAGAIN`) behave as with the kernel.
 
 use super::cq_ex::CqAlloc;
+use super::cq_mod::{Decision, Moderation};
 use super::device::Context;
 use super::objects;
+use super::pd::Pd;
 use super::qp::Qp;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
@@ -125,6 +127,17 @@ pub struct CqState {
     /// `ibv_destroy_cq` waits on `acked` (a notify costs a system call even with no waiter,
     /// and every event is acknowledged).
     destroying: bool,
+    /// `ibv_modify_cq`'s moderation of the event (see `cq_mod`).
+    moderation: Moderation,
+}
+
+/// What `ibv_create_cq_ex` adds to a CQ.
+#[derive(Default)]
+pub struct ExOpts {
+    /// Timestamp every completion when produced (a timestamp `wc_flag`).
+    pub stamp: bool,
+    /// The parent domain of `IBV_CQ_INIT_ATTR_MASK_PD`, held while the CQ lives.
+    pub parent: Option<Arc<Pd>>,
 }
 
 /// The C struct of a CQ. Every CQ is allocated as a `cq_ex::CqAlloc`: an `ibv_cq_ex` (whose
@@ -172,6 +185,8 @@ pub struct Cq {
     qps: Mutex<Vec<Weak<Qp>>>,
     /// Extended CQs created with a timestamp `wc_flag`: stamp each completion when produced.
     stamp: bool,
+    /// The parent domain the CQ was created on (`ibv_create_cq_ex`).
+    pub parent: Option<Arc<Pd>>,
     /// Held from `ibv_start_poll` to `ibv_end_poll` (see `cq_ex`).
     pub(super) session: super::cq_ex::SessionLock,
 }
@@ -184,21 +199,21 @@ impl Cq {
         channel: Option<Arc<CompChannel>>,
         comp_vector: i32,
     ) -> Result<*mut ibv_cq> {
-        Self::create_with(ctx, cqe, cq_context, channel, comp_vector, false, |_| {})
+        Self::create_with(ctx, cqe, cq_context, channel, comp_vector, ExOpts::default(), |_| {})
     }
 
     /// `ibv_create_cq_ex`: the same CQ, with `init` filling the `ibv_cq_ex` part (its poll and
-    /// reader functions) before the CQ is published; `stamp` timestamps every completion.
+    /// reader functions) before the CQ is published, and `ex`'s options.
     pub fn create_ex(
         ctx: Arc<Context>,
         cqe: i32,
         cq_context: *mut libc::c_void,
         channel: Option<Arc<CompChannel>>,
         comp_vector: i32,
-        stamp: bool,
+        ex: ExOpts,
         init: impl FnOnce(&mut ibv_cq_ex),
     ) -> Result<*mut ibv_cq_ex> {
-        Self::create_with(ctx, cqe, cq_context, channel, comp_vector, stamp, init).map(|p| p.cast())
+        Self::create_with(ctx, cqe, cq_context, channel, comp_vector, ex, init).map(|p| p.cast())
     }
 
     fn create_with(
@@ -207,7 +222,7 @@ impl Cq {
         cq_context: *mut libc::c_void,
         channel: Option<Arc<CompChannel>>,
         comp_vector: i32,
-        stamp: bool,
+        ex: ExOpts,
         init: impl FnOnce(&mut ibv_cq_ex),
     ) -> Result<*mut ibv_cq> {
         if cqe < 1 || cqe as u32 > super::device::MAX_CQE || !(0..1).contains(&comp_vector) {
@@ -235,7 +250,8 @@ impl Cq {
             st: Mutex::new(CqState::default()),
             acked: Condvar::new(),
             qps: Mutex::new(Vec::new()),
-            stamp,
+            stamp: ex.stamp,
+            parent: ex.parent,
             session: Default::default(),
         });
         objects().cqs.insert(p as usize, cq);
@@ -263,6 +279,7 @@ impl Cq {
                 ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
                 st.armed = 0;
             }
+            st.moderation.raised();
             st.destroying = true;
             while st.events_acked < st.events_read {
                 st = cq.acked.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -291,7 +308,8 @@ impl Cq {
         l.push(qp);
     }
 
-    /// Adds a completion and raises the channel event if the CQ is armed for it.
+    /// Adds a completion and raises the channel event if the CQ is armed for it (once its
+    /// moderation lets it, see `cq_mod`).
     pub fn push(&self, wc: Completion) {
         let ts = if self.stamp { super::cq_ex::now_ns() } else { 0 };
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
@@ -301,13 +319,45 @@ impl Cq {
             2 => wc.solicited || wc.status != ibv_wc_status::IBV_WC_SUCCESS,
             _ => false,
         };
-        if fire {
-            st.armed = 0;
-            ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
-            if let Some(c) = &self.channel {
-                c.post(self.raw.addr());
+        if !fire {
+            return;
+        }
+        match st.moderation.on_event() {
+            Decision::Raise => self.raise(&mut st),
+            Decision::Hold => {}
+            Decision::Time(after, generation) => {
+                drop(st);
+                // The timer needs the CQ's Arc: look it up (it is registered while it lives);
+                // without it the event is raised now rather than held.
+                match objects().cqs.get(self.raw.as_ptr()) {
+                    Ok(me) => super::cq_mod::start_timer(&me, after, generation),
+                    Err(_) => self.moderation_expired(generation),
+                }
             }
         }
+    }
+
+    /// Raises the armed CQ's event (the state lock held).
+    fn raise(&self, st: &mut CqState) {
+        st.armed = 0;
+        st.moderation.raised();
+        ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
+        if let Some(c) = &self.channel {
+            c.post(self.raw.addr());
+        }
+    }
+
+    /// A moderation period of `generation` has passed: raises the event it held back.
+    pub fn moderation_expired(&self, generation: u64) {
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        if st.armed != 0 && st.moderation.expired(generation) {
+            self.raise(&mut st);
+        }
+    }
+
+    /// `ibv_modify_cq`: the moderation of later events.
+    pub fn modify(&self, a: &ibv_modify_cq_attr) -> Result<()> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner()).moderation.modify(a)
     }
 
     /// Runs the QPs feeding this CQ, then takes up to `out.len()` completions.

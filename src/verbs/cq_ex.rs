@@ -16,6 +16,9 @@
 //! stamp to `CLOCK_REALTIME` nanoseconds with the offset between the two clocks at read time.
 
 use super::cq::Cq;
+use super::device::Context;
+use super::objects;
+use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::provider::Completion;
 use crate::runtime::fdqueue::futex;
@@ -24,6 +27,7 @@ use std::mem::offset_of;
 use std::sync::atomic::{
     AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
+use std::sync::Arc;
 
 /// A poll session (`ibv_start_poll` until `ibv_end_poll`, or a failed `ibv_start_poll`) is
 /// exclusive, as providers make it by holding their CQ lock across those calls: two threads
@@ -129,17 +133,13 @@ pub const CORE_CLOCK_KHZ: u64 = 1_000_000;
 pub const TIMESTAMP_MASK: u64 = u64::MAX;
 
 /// Checks an `ibv_cq_init_attr_ex` beyond what `Cq::create` checks (cqe, channel, vector):
-/// unknown `comp_mask` bits give `EINVAL`; parent domains, unknown creation flags and `wc_flags`
-/// this provider cannot fill give `EOPNOTSUPP`.
+/// unknown `comp_mask` bits give `EINVAL`; unknown creation flags and `wc_flags` this provider
+/// cannot fill give `EOPNOTSUPP`. The parent domain is [`parent_domain`]'s.
 pub fn check_init_attr(a: &ibv_cq_init_attr_ex) -> Result<()> {
     let m_flags = ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
     let m_pd = ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_PD.0;
     if a.comp_mask & !(m_flags | m_pd) != 0 {
         return Err(Errno::EINVAL);
-    }
-    if a.comp_mask & m_pd != 0 {
-        // Parent domains (custom allocators, thread domains) are not supported.
-        return Err(Errno::EOPNOTSUPP);
     }
     if a.comp_mask & m_flags != 0 {
         // Both known flags are hints this provider may ignore: it is thread-safe regardless,
@@ -157,6 +157,20 @@ pub fn check_init_attr(a: &ibv_cq_init_attr_ex) -> Result<()> {
         return Err(Errno::EINVAL);
     }
     Ok(())
+}
+
+/// The parent domain of a CQ created with `IBV_CQ_INIT_ATTR_MASK_PD`: `EINVAL` for a plain PD
+/// or one of another context (as mlx5 answers). The CQ holds it: the parent domain is in use
+/// until the CQ is destroyed.
+pub fn parent_domain(ctx: &Arc<Context>, a: &ibv_cq_init_attr_ex) -> Result<Option<Arc<Pd>>> {
+    if a.comp_mask & ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_PD.0 == 0 {
+        return Ok(None);
+    }
+    let pd = objects().pds.get(a.parent_domain)?;
+    if pd.parent.is_none() || !Arc::ptr_eq(&pd.ctx, ctx) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(Some(pd))
 }
 
 /// Whether a CQ with these `wc_flags` stamps its completions.
@@ -253,7 +267,7 @@ mod tests {
         a.comp_mask = 1 << 5;
         assert_eq!(check_init_attr(&a), Err(Errno::EINVAL));
         a.comp_mask = ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_PD.0;
-        assert_eq!(check_init_attr(&a), Err(Errno::EOPNOTSUPP));
+        assert!(check_init_attr(&a).is_ok());
         a.comp_mask = ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
         a.flags = ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_SINGLE_THREADED.0;
         assert!(check_init_attr(&a).is_ok());

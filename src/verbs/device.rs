@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 pub const DEVICE_NAME: &str = "soft0";
 pub const PORT: u8 = 1;
+/// `vendor_id` (no IEEE OUI of a vendor: all ones, as soft devices report), also the ECE
+/// vendor of its QPs.
+pub const VENDOR_ID: u32 = 0xffffff;
 pub const MAX_QP_WR: u32 = 16384;
 pub const MAX_SGE: u32 = 32;
 pub const MAX_CQE: u32 = 0x3fffff;
@@ -243,7 +246,7 @@ pub fn device_attr(a: &mut ibv_device_attr) {
     a.sys_image_guid = NODE_GUID.to_be();
     a.max_mr_size = u64::MAX;
     a.page_size_cap = 0xffff_f000;
-    a.vendor_id = 0xffffff;
+    a.vendor_id = VENDOR_ID;
     a.vendor_part_id = 0;
     a.hw_ver = 0;
     a.max_qp = 0x10000;

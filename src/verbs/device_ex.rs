@@ -2,12 +2,14 @@
 //! `query_port` context op (the exported `ibv_query_port` fills only the legacy prefix).
 
 use super::cq_ex;
+use super::cq_mod;
 use super::device;
 use crate::errno::{Errno, Result};
 use crate::sys::*;
 
 /// `ibv_query_device_ex` answers: the legacy attributes plus completion timestamps (see
-/// `cq_ex`). No ODP, TSO, RSS, packet pacing, tag matching, CQ moderation or device memory.
+/// `cq_ex`) and CQ moderation (`cq_mod`). No ODP, TSO, RSS, packet pacing, tag matching or
+/// device memory.
 pub fn device_attr_ex() -> ibv_device_attr_ex {
     // SAFETY: all-zero is a valid ibv_device_attr_ex.
     let mut a: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
@@ -15,9 +17,37 @@ pub fn device_attr_ex() -> ibv_device_attr_ex {
     a.comp_mask = 0;
     a.completion_timestamp_mask = cq_ex::TIMESTAMP_MASK;
     a.hca_core_clock = cq_ex::CORE_CLOCK_KHZ;
+    a.cq_mod_caps.max_cq_count = cq_mod::MAX_CQ_COUNT;
+    a.cq_mod_caps.max_cq_period = cq_mod::MAX_CQ_PERIOD;
     a.device_cap_flags_ex = a.orig_attr.device_cap_flags as u64;
     a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt as u32;
     a
+}
+
+/// `ibv_query_rt_values_ex`: the raw clock, the completion timestamps' clock (`hca_core_clock`
+/// cycles, which are nanoseconds), in `tv_nsec` with `tv_sec` 0 as mlx5 reports its cycle
+/// counter, so that `tv_sec * 10^9 + tv_nsec` and `tv_nsec` alone both read the cycle count.
+/// `EINVAL` for an unknown `comp_mask` bit (as mlx5); the bits filled come back in `comp_mask`.
+pub fn rt_values(v: &mut ibv_values_ex) -> Result<()> {
+    let raw_clock = ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0;
+    if v.comp_mask & !raw_clock != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if v.comp_mask & raw_clock != 0 {
+        v.raw_clock = cycles_timespec(cq_ex::now_ns());
+    }
+    Ok(())
+}
+
+fn cycles_timespec(ns: u64) -> libc::timespec {
+    match libc::c_long::try_from(ns) {
+        Ok(n) => libc::timespec { tv_sec: 0, tv_nsec: n },
+        // A 32-bit tv_nsec: a normalised timespec of the same count.
+        Err(_) => libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        },
+    }
 }
 
 /// Copies `src` into a caller struct of `len` bytes that starts with the same layout (an older
@@ -60,6 +90,32 @@ mod tests {
         assert_eq!(a.orig_attr.phys_port_cnt, 1);
         assert_ne!(a.completion_timestamp_mask, 0);
         assert_eq!(a.hca_core_clock, cq_ex::CORE_CLOCK_KHZ);
+        assert!(a.cq_mod_caps.max_cq_count >= 4 && a.cq_mod_caps.max_cq_period > 0);
+    }
+
+    fn clock_ns(v: &ibv_values_ex) -> u64 {
+        v.raw_clock.tv_sec as u64 * 1_000_000_000 + v.raw_clock.tv_nsec as u64
+    }
+
+    #[test]
+    fn raw_clock() {
+        // SAFETY: all-zero is a valid ibv_values_ex.
+        let mut v: ibv_values_ex = unsafe { std::mem::zeroed() };
+        v.comp_mask = ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0;
+        let before = cq_ex::now_ns();
+        rt_values(&mut v).unwrap();
+        let after = cq_ex::now_ns();
+        assert_eq!(v.comp_mask, ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0);
+        // The completion timestamps' clock, in hca_core_clock cycles.
+        assert!(before <= clock_ns(&v) && clock_ns(&v) <= after);
+        assert_eq!(v.raw_clock.tv_nsec as u64, clock_ns(&v));
+        v.comp_mask = 0;
+        rt_values(&mut v).unwrap();
+        assert_eq!(v.comp_mask, 0);
+        v.comp_mask = ibv_values_mask::IBV_VALUES_MASK_RESERVED.0;
+        assert_eq!(rt_values(&mut v), Err(Errno::EINVAL));
+        let big = cycles_timespec(3_000_000_001);
+        assert_eq!(big.tv_sec as u64 * 1_000_000_000 + big.tv_nsec as u64, 3_000_000_001);
     }
 
     #[test]

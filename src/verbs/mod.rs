@@ -6,8 +6,10 @@ pub mod ah;
 pub mod async_event;
 pub mod cq;
 pub mod cq_ex;
+pub mod cq_mod;
 pub mod device;
 pub mod device_ex;
+pub mod ece;
 pub mod mr;
 pub mod pd;
 pub mod ptr_list;
@@ -24,6 +26,7 @@ use once_cell::sync::Lazy;
 pub struct Objects {
     pub contexts: Registry<device::Context>,
     pub pds: Registry<pd::Pd>,
+    pub tds: Registry<pd::Td>,
     pub mrs: Registry<mr::Mr>,
     pub channels: Registry<cq::CompChannel>,
     pub cqs: Registry<cq::Cq>,
@@ -35,6 +38,7 @@ pub struct Objects {
 pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
     contexts: Registry::default(),
     pds: Registry::default(),
+    tds: Registry::default(),
     mrs: Registry::default(),
     channels: Registry::default(),
     cqs: Registry::default(),

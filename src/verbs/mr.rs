@@ -327,7 +327,8 @@ impl Mr {
         if flags & REREG_TRANSLATION != 0 && (addr.is_null() || len == 0) {
             return Err(Errno::EINVAL);
         }
-        let pd = if flags & REREG_PD != 0 { Some(objects().pds.get(pd)?) } else { None };
+        // A parent domain stands for its innermost PD, as at registration (`Pd::reg_mr`).
+        let pd = if flags & REREG_PD != 0 { Some(objects().pds.get(pd)?.domain()) } else { None };
         let mut cur = mr.reg.write().unwrap_or_else(|e| e.into_inner());
         if cur.null.is_some() {
             return Err(Errno::EINVAL); // "the use of ibv_rereg_mr() with this MR is invalid"

@@ -1,41 +1,169 @@
-//! Protection domains.
+//! Protection domains, thread domains and parent domains.
+//!
+//! A **parent domain** (`ibv_alloc_parent_domain`) is an `ibv_pd` of its own, registered with
+//! the PDs, that wraps a PD (and optionally a thread domain). It is interchangeable with that PD:
+//! every object created on it (QP, SRQ, AH, MR) is created in its [`Pd::domain`], the innermost
+//! plain PD, so the key table and the provider see one protection domain, while the object's C
+//! struct names the parent domain as its `pd`, as libibverbs sets it. A parent domain is in use
+//! (`ibv_dealloc_pd` gives `EBUSY`) while an object names it, a CQ was created on it or another
+//! parent domain wraps it; its PD and thread domain are in use while it exists.
+//!
+//! A **thread domain** is a promise of single-threaded use. This provider is thread-safe
+//! either way, so it only records the domain (the page leaves the behaviour to the provider).
+//! Custom allocators are accepted and never called: the provider's buffers are its own shared
+//! rings and queues, none of which an application allocator could provide.
 
 use super::device::Context;
+use super::mr::Mr;
 use super::objects;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::sys::*;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 pub struct Pd {
     pub raw: CBox<ibv_pd>,
     pub ctx: Arc<Context>,
+    /// Set for a parent domain.
+    pub parent: Option<Parent>,
 }
+
+/// What a parent domain wraps.
+pub struct Parent {
+    /// The PD given (itself possibly a parent domain).
+    pub pd: Arc<Pd>,
+    pub td: Option<Arc<Td>>,
+    /// The MRs registered on the parent domain (their `Mr` holds the domain).
+    mrs: Mutex<Vec<Weak<Mr>>>,
+}
+
+/// A thread domain (`ibv_alloc_td`).
+pub struct Td {
+    pub raw: CBox<ibv_td>,
+    pub ctx: Arc<Context>,
+}
+
+const ALLOCATORS: u32 = ibv_parent_domain_init_attr_mask::IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS.0;
+const PD_CONTEXT: u32 = ibv_parent_domain_init_attr_mask::IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT.0;
 
 impl Pd {
     pub fn alloc(ctx: Arc<Context>) -> Result<*mut ibv_pd> {
+        Self::publish(ctx, None)
+    }
+
+    fn publish(ctx: Arc<Context>, parent: Option<Parent>) -> Result<*mut ibv_pd> {
         let mut raw: CBox<ibv_pd> = CBox::zeroed();
         let handle = raw.addr() as u32;
         let r = raw.init();
         r.context = ctx.ptr();
         r.handle = handle;
         let p = raw.as_ptr();
-        objects().pds.insert(p as usize, Arc::new(Pd { raw, ctx }));
+        objects().pds.insert(p as usize, Arc::new(Pd { raw, ctx, parent }));
         Ok(p)
     }
 
-    /// `EBUSY` while MRs, QPs, SRQs or AHs still use the PD, as the kernel answers.
+    /// `ibv_alloc_parent_domain`: `EINVAL` without a PD, for a PD or thread domain of another
+    /// context, or for an unknown `comp_mask` bit (as mlx5, the provider that has them).
+    pub fn alloc_parent(ctx: Arc<Context>, a: &ibv_parent_domain_init_attr) -> Result<*mut ibv_pd> {
+        if a.comp_mask & !(ALLOCATORS | PD_CONTEXT) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let pd = objects().pds.get(a.pd)?;
+        let td = if a.td.is_null() { None } else { Some(objects().tds.get(a.td)?) };
+        if !Arc::ptr_eq(&pd.ctx, &ctx) || td.as_ref().is_some_and(|t| !Arc::ptr_eq(&t.ctx, &ctx)) {
+            return Err(Errno::EINVAL);
+        }
+        Self::publish(ctx, Some(Parent { pd, td, mrs: Mutex::new(Vec::new()) }))
+    }
+
+    /// The protection domain objects created on this one belong to: itself, or the innermost
+    /// PD of a parent domain.
+    pub fn domain(self: &Arc<Self>) -> Arc<Pd> {
+        let mut d = self;
+        while let Some(p) = &d.parent {
+            d = &p.pd;
+        }
+        d.clone()
+    }
+
+    /// Registers an MR (`register`: `Mr::register` or a sibling) in this PD's domain. On a
+    /// parent domain the MR's C struct names the parent domain, as libibverbs sets `mr->pd`.
+    pub fn reg_mr(
+        self: &Arc<Self>,
+        register: impl FnOnce(Arc<Pd>) -> Result<*mut ibv_mr>,
+    ) -> Result<*mut ibv_mr> {
+        let p = register(self.domain())?;
+        if let Some(parent) = &self.parent {
+            // SAFETY: p is the live MR just registered, not yet handed to C; Rust never reads
+            // an MR's C `pd` (busy() uses the list below); a raw write of one field.
+            unsafe { std::ptr::addr_of_mut!((*p).pd).write(self.raw.as_ptr()) };
+            if let Ok(m) = objects().mrs.get(p) {
+                let mut l = parent.mrs.lock().unwrap_or_else(|e| e.into_inner());
+                l.retain(|w| w.strong_count() > 0);
+                l.push(Arc::downgrade(&m));
+            }
+        }
+        Ok(p)
+    }
+
+    /// `EBUSY` while MRs, QPs, SRQs, AHs or CQs still use the PD or parent domain, or a parent
+    /// domain wraps it, as the kernel and mlx5 answer.
     pub fn dealloc(p: *mut ibv_pd) -> Result<()> {
         let pd = objects().pds.get(p)?;
-        let o = objects();
-        let busy = o.mrs.values().iter().any(|m| Arc::ptr_eq(&m.pd(), &pd))
-            || o.qps.values().iter().any(|q| Arc::ptr_eq(&q.pd, &pd))
-            || o.srqs.values().iter().any(|s| Arc::ptr_eq(&s.pd, &pd))
-            || o.ahs.values().iter().any(|a| Arc::ptr_eq(&a.pd, &pd));
-        if busy {
+        if Self::busy(&pd) {
             return Err(Errno::EBUSY);
         }
-        o.pds.remove(p);
+        objects().pds.remove(p);
+        Ok(())
+    }
+
+    fn busy(pd: &Arc<Pd>) -> bool {
+        let o = objects();
+        let me = pd.raw.as_ptr();
+        // Objects hold their domain; their C struct names the PD or parent domain given.
+        let holds = |d: &Arc<Pd>, named: *mut ibv_pd| Arc::ptr_eq(d, pd) || named == me;
+        let parent_mrs = pd.parent.as_ref().is_some_and(|w| {
+            let l = w.mrs.lock().unwrap_or_else(|e| e.into_inner());
+            l.iter()
+                .filter_map(Weak::upgrade)
+                .any(|m| o.mrs.get(m.raw.as_ptr()).is_ok_and(|live| Arc::ptr_eq(&live, &m)))
+        });
+        parent_mrs
+            || o.mrs.values().iter().any(|m| Arc::ptr_eq(&m.pd(), pd))
+            || o.qps.values().iter().any(|q| holds(&q.pd, q.public().pd))
+            || o.srqs.values().iter().any(|s| holds(&s.pd, s.raw.read().pd))
+            || o.ahs.values().iter().any(|a| holds(&a.pd, a.raw.read().pd))
+            || o.cqs.values().iter().any(|c| c.parent.as_ref().is_some_and(|d| Arc::ptr_eq(d, pd)))
+            || o.pds
+                .values()
+                .iter()
+                .any(|x| x.parent.as_ref().is_some_and(|w| Arc::ptr_eq(&w.pd, pd)))
+    }
+}
+
+impl Td {
+    /// `ibv_alloc_td`: `EINVAL` for a `comp_mask` (none is defined).
+    pub fn alloc(ctx: Arc<Context>, a: &ibv_td_init_attr) -> Result<*mut ibv_td> {
+        if a.comp_mask != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut raw: CBox<ibv_td> = CBox::zeroed();
+        raw.init().context = ctx.ptr();
+        let p = raw.as_ptr();
+        objects().tds.insert(p as usize, Arc::new(Td { raw, ctx }));
+        Ok(p)
+    }
+
+    /// `ibv_dealloc_td`: `EBUSY` while a parent domain holds the thread domain.
+    pub fn dealloc(p: *mut ibv_td) -> Result<()> {
+        let td = objects().tds.get(p)?;
+        let held = objects().pds.values().iter().any(|d| {
+            d.parent.as_ref().and_then(|w| w.td.as_ref()).is_some_and(|t| Arc::ptr_eq(t, &td))
+        });
+        if held {
+            return Err(Errno::EBUSY);
+        }
+        objects().tds.remove(p);
         Ok(())
     }
 }

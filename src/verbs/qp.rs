@@ -50,6 +50,8 @@ pub struct Qp {
     /// The multicast groups the QP is attached to: `ibv_destroy_qp` refuses (`EBUSY`) while
     /// there is one, as ibv_create_qp(3) says.
     mcast: Mutex<Vec<[u8; 16]>>,
+    /// The ECE options in use (`ece`).
+    pub(super) ece: std::sync::atomic::AtomicU32,
 }
 
 /// The QP's async events and the state mirrored into the `ibv_qp` C reads.
@@ -230,6 +232,8 @@ impl Qp {
     }
 
     pub fn create(pd: Arc<Pd>, attr: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp> {
+        // Created in the PD's domain; the C struct names the PD (or parent domain) given.
+        let (named, pd) = (pd.raw.as_ptr(), pd.domain());
         let o = objects();
         let send_cq = o.cqs.get(attr.send_cq)?;
         let recv_cq = o.cqs.get(attr.recv_cq)?;
@@ -268,7 +272,7 @@ impl Qp {
         let r = &mut raw.init().qp_base;
         r.context = pd.ctx.ptr();
         r.qp_context = attr.qp_context;
-        r.pd = pd.raw.as_ptr();
+        r.pd = named;
         r.send_cq = attr.send_cq;
         r.recv_cq = attr.recv_cq;
         r.srq = attr.srq;
@@ -321,6 +325,7 @@ impl Qp {
             sq_retired: AtomicU64::new(0),
             on_fatal,
             mcast: Mutex::new(Vec::new()),
+            ece: super::ece::initial(),
         });
         let w = Arc::downgrade(&qp);
         send_cq.attach(w.clone());

@@ -26,6 +26,8 @@ impl Srq {
         ctx: *mut libc::c_void,
         attr: &mut ibv_srq_attr,
     ) -> Result<*mut ibv_srq> {
+        // Created in the PD's domain; the C struct names the PD (or parent domain) given.
+        let (named, pd) = (pd.raw.as_ptr(), pd.domain());
         if attr.max_wr == 0
             || attr.max_wr > super::device::MAX_QP_WR
             || attr.max_sge > super::device::MAX_SGE
@@ -40,7 +42,7 @@ impl Srq {
         let r = raw.init();
         r.context = pd.ctx.ptr();
         r.srq_context = ctx;
-        r.pd = pd.raw.as_ptr();
+        r.pd = named;
         r.handle = handle;
         let p = raw.as_ptr();
         objects().srqs.insert(
