@@ -5,6 +5,7 @@
 //!   the QP its BTH names;
 //! * [`rc`]: an RC QP's network path, the transport engine (`transport::RcQp`) joined to the
 //!   QP's memory keys, receive queue, CQs and the socket;
+//! * [`io`]: an RC QP's send side: batched, segmented sends, ACKs coalesced and kept back;
 //! * [`faults`]: `RDMASHIM_FAULTS`, drops/duplicates/reordering/delays on the send side;
 //! * [`trace`]: `RDMASHIM_NET_DEBUG`, an RC QP's last packets and engine state on a stall;
 //! * [`route`]: whether a GID is ours (same namespace: the shared-memory rings) and the path
@@ -12,6 +13,7 @@
 
 pub mod endpoint;
 pub mod faults;
+mod io;
 pub mod mcast;
 pub mod rc;
 pub mod recv;
