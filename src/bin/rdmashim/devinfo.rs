@@ -190,6 +190,13 @@ fn extended(o: &mut String, ax: &ibv_device_attr_ex) {
     } else {
         let _ = writeln!(o, "\ttag matching: max_num_tags {}", ax.tm_caps.max_num_tags);
     }
+    // Only a device that moderates CQs has the section (ibv_modify_cq's limits).
+    let m = &ax.cq_mod_caps;
+    if m.max_cq_count != 0 && m.max_cq_period != 0 {
+        let _ = writeln!(o, "\n\tcq moderation caps:");
+        let _ = writeln!(o, "\t\tmax_cq_count:\t{}", m.max_cq_count);
+        let _ = writeln!(o, "\t\tmax_cq_period:\t{} us\n", m.max_cq_period);
+    }
 }
 
 fn port_info(o: &mut String, ctx: &Ctx, port: u8) -> Result<(), String> {
