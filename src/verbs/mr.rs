@@ -224,23 +224,36 @@ impl Mr {
         access: i32,
     ) -> Result<*mut ibv_mr> {
         let reg = Arc::new(Reg::new(pd, addr, len, iova, access)?);
-        let mut raw: CBox<ibv_mr> = CBox::zeroed();
         let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
         let key = fresh_key(&keys);
+        Ok(Self::publish(&mut keys, key, reg, addr, len, key))
+    }
+
+    /// Makes `reg` the MR `key` (the C struct says `addr`, `length` and `rkey`): in the key
+    /// table and among the context's objects.
+    fn publish(
+        keys: &mut FxHashMap<u32, Arc<Reg>>,
+        key: u32,
+        reg: Arc<Reg>,
+        addr: *mut libc::c_void,
+        length: usize,
+        rkey: u32,
+    ) -> *mut ibv_mr {
+        let mut raw: CBox<ibv_mr> = CBox::zeroed();
         let r = raw.init();
         r.context = reg.pd.ctx.ptr();
         r.pd = reg.pd.raw.as_ptr();
         r.addr = addr;
-        r.length = len;
+        r.length = length;
         r.handle = key;
         r.lkey = key;
-        r.rkey = key;
+        r.rkey = rkey;
         let p = raw.as_ptr();
         count(&reg, true);
         keys.insert(key, reg.clone());
         let mr = Arc::new(Mr { raw, key, reg: RwLock::new(reg) });
         objects().mrs.insert(p as usize, mr);
-        Ok(p)
+        p
     }
 
     pub fn deregister(p: *mut ibv_mr) -> Result<()> {
@@ -275,7 +288,6 @@ impl Mr {
             null: None,
         };
         let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
-        let mut raw: CBox<ibv_mr> = CBox::zeroed();
         let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
         let nk = NullKeys { zero: fresh_key(&keys), sink: 0 };
         keys.insert(nk.zero, Arc::new(zero));
@@ -283,20 +295,7 @@ impl Mr {
         keys.insert(nk.sink, Arc::new(sink));
         let key = fresh_key(&keys);
         let reg = Arc::new(Reg { len: 0, access: 0, null: Some(nk), ..hidden(0, 0) });
-        let r = raw.init();
-        r.context = pd.ctx.ptr();
-        r.pd = pd.raw.as_ptr();
-        r.addr = std::ptr::null_mut();
-        r.length = usize::MAX;
-        r.handle = key;
-        r.lkey = key;
-        r.rkey = 0;
-        let p = raw.as_ptr();
-        count(&reg, true);
-        keys.insert(key, reg.clone());
-        let mr = Arc::new(Mr { raw, key, reg: RwLock::new(reg) });
-        objects().mrs.insert(p as usize, mr);
-        Ok(p)
+        Ok(Self::publish(&mut keys, key, reg, std::ptr::null_mut(), usize::MAX, 0))
     }
 
     /// The current registration.
