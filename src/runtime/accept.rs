@@ -16,7 +16,7 @@ use crate::errno::Result;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Called with a connection and its first message (bytes and descriptors). It owns the
@@ -42,7 +42,10 @@ struct Pending {
 }
 
 struct Inner {
-    listener: Arc<OwnedFd>,
+    /// Taken out when the acceptor is dropped, so the listener is closed (and an abstract name
+    /// free again) before the drop returns, even while the progress thread still holds `Inner`
+    /// (a callback that was preempted). Read-locked only around a system call on it.
+    listener: RwLock<Option<Arc<OwnedFd>>>,
     pending: Mutex<VecDeque<Arc<Pending>>>,
     retry: Mutex<Duration>,
     sweep_armed: AtomicBool,
@@ -60,7 +63,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Acceptor {
     pub fn start(listener: Arc<OwnedFd>, on_first: OnFirst) -> Result<Acceptor> {
         let inner = Arc::new(Inner {
-            listener,
+            listener: RwLock::new(Some(listener)),
             pending: Mutex::new(VecDeque::new()),
             retry: Mutex::new(RETRY_MIN),
             sweep_armed: AtomicBool::new(false),
@@ -75,9 +78,11 @@ impl Acceptor {
 impl Drop for Acceptor {
     fn drop(&mut self) {
         self.0.closed.store(true, Ordering::SeqCst);
-        if let Ok(e) = engine() {
-            e.unwatch(self.0.listener.as_raw_fd());
+        let listener = self.0.listener.write().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(l), Ok(e)) = (&listener, engine()) {
+            e.unwatch(l.as_raw_fd());
         }
+        drop(listener);
         let all: Vec<_> = lock(&self.0.pending).drain(..).collect();
         for p in all {
             p.close();
@@ -120,21 +125,37 @@ impl Pending {
 }
 
 impl Inner {
+    /// Runs `f` on the listener's descriptor unless the acceptor was dropped (`None`). The
+    /// read lock keeps the descriptor open, and its number ours, for the call.
+    fn with_listener<R>(&self, f: impl FnOnce(RawFd) -> R) -> Option<R> {
+        let g = self.listener.read().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|l| f(l.as_raw_fd()))
+    }
+
     fn watch_listener(self: &Arc<Self>) -> Result<()> {
         let w = Arc::downgrade(self);
-        engine()?.watch(
-            self.listener.as_raw_fd(),
-            Arc::new(move |_| {
-                if let Some(i) = w.upgrade() {
-                    i.on_listener_readable();
-                }
-            }),
-        )
+        let e = engine()?;
+        // Under the read lock, so a concurrent drop unwatches after this watch, never before.
+        self.with_listener(|fd| {
+            if self.closed.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            e.watch(
+                fd,
+                Arc::new(move |_| {
+                    if let Some(i) = w.upgrade() {
+                        i.on_listener_readable();
+                    }
+                }),
+            )
+        })
+        .unwrap_or(Ok(()))
     }
 
     fn on_listener_readable(self: &Arc<Self>) {
         for _ in 0..BATCH {
-            match unix::accept(self.listener.as_raw_fd()) {
+            let Some(accepted) = self.with_listener(unix::accept) else { return };
+            match accepted {
                 Ok(Some(conn)) => {
                     *lock(&self.retry) = RETRY_MIN;
                     self.admit(conn);
@@ -150,7 +171,7 @@ impl Inner {
     /// Stops watching the listener and watches it again after a growing delay.
     fn pause(self: &Arc<Self>) {
         let Ok(e) = engine() else { return };
-        e.unwatch(self.listener.as_raw_fd());
+        self.with_listener(|fd| e.unwatch(fd));
         let delay = {
             let mut r = lock(&self.retry);
             let d = *r;
@@ -265,5 +286,25 @@ impl Inner {
                 }
             }),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener's name is free once its acceptor is dropped, even while the progress thread
+    /// still holds the acceptor's state (a callback preempted mid-way): librspreload's fork
+    /// mode has child after child listen on one port, each right after the last one closed.
+    #[test]
+    fn dropping_an_acceptor_frees_its_name_at_once() {
+        let name = format!("rdmashim-test-accept-{}", std::process::id());
+        let fd = Arc::new(unix::listen(&name).expect("listen"));
+        let acceptor = Acceptor::start(fd.clone(), Box::new(|_, _, _| {})).expect("start");
+        drop(fd);
+        let held = acceptor.0.clone(); // what an in-flight callback holds
+        drop(acceptor);
+        assert!(held.with_listener(|_| ()).is_none(), "the descriptor outlived the acceptor");
+        unix::listen(&name).expect("the name is still taken after the acceptor was dropped");
     }
 }
