@@ -7,6 +7,7 @@ use crate::errno::{Errno, Result};
 use crate::handle::{pod_copy, CBox, CData, Registry};
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::engine;
+use crate::runtime::fork::PerProcess;
 use crate::runtime::unix;
 use crate::sys::*;
 use crate::verbs::{device, objects, qp};
@@ -129,11 +130,11 @@ struct CmDevice {
 }
 
 /// Opened on first use, and again in a forked child (the parent's context is not the child's).
-static CM_DEVICE: Mutex<Option<(u64, CmDevice)>> = Mutex::new(None);
+static CM_DEVICE: PerProcess<Mutex<Option<(u64, CmDevice)>>> = PerProcess::new(|| Mutex::new(None));
 
 fn cm_device() -> Result<(usize, usize)> {
     let generation = crate::runtime::fork::generation();
-    let mut d = lock(&CM_DEVICE);
+    let mut d = lock(CM_DEVICE.get());
     if let Some((g, dev)) = d.as_ref() {
         if *g == generation {
             return Ok((dev.ctx, dev.pd));

@@ -42,7 +42,12 @@ type Table<T> = Mutex<HashMap<i32, (u64, Arc<T>)>>;
 fn with<T, R>(t: &Table<T>, f: impl FnOnce(&mut HashMap<i32, (u64, Arc<T>)>) -> R) -> R {
     crate::runtime::fork::install();
     let _f = fork::shared();
-    f(&mut lock(t))
+    // The table's guard goes before `_f`: as a tail expression's temporary it would outlive
+    // it, and a fork in between would leave the child this table locked.
+    let mut g = lock(t);
+    let r = f(&mut g);
+    drop(g);
+    r
 }
 
 /// A parent's sockets that a forked child let go of: never dropped (their ids, QPs and memory

@@ -12,7 +12,8 @@
 //! inside one of them at the moment of fork and the child finds them unlocked.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -73,6 +74,65 @@ extern "C" fn in_child() {
     HELD.with(|h| h.borrow_mut().take());
 }
 
+/// A process-wide value that each process generation builds anew (with `init`, on first use):
+/// a forked child never touches its parent's copy, so a lock in it that a parent thread held at
+/// the moment of fork (a lookup on the progress thread, say) cannot hang the child. For state
+/// the child has no use for (its parent's objects refuse to work there); tables the child still
+/// needs are used under [`shared`] instead. One atomic load and a compare on the fast path.
+pub struct PerProcess<T: 'static> {
+    slot: AtomicPtr<Generation<T>>,
+    init: fn() -> T,
+    _value: PhantomData<T>,
+}
+
+struct Generation<T> {
+    generation: u64,
+    value: T,
+}
+
+impl<T: 'static> PerProcess<T> {
+    pub const fn new(init: fn() -> T) -> PerProcess<T> {
+        PerProcess { slot: AtomicPtr::new(std::ptr::null_mut()), init, _value: PhantomData }
+    }
+
+    /// This generation's value.
+    pub fn get(&'static self) -> &'static T {
+        let now = generation();
+        let p = self.slot.load(Ordering::Acquire);
+        // SAFETY: a non-null slot is a leaked box, never freed (see `build`).
+        match unsafe { p.as_ref() } {
+            Some(g) if g.generation == now => &g.value,
+            _ => self.build(p, now),
+        }
+    }
+
+    #[cold]
+    fn build(&'static self, mut seen: *mut Generation<T>, now: u64) -> &'static T {
+        // The generation must move on at the next fork, or a child would find this one.
+        install();
+        let new = Box::into_raw(Box::new(Generation { generation: now, value: (self.init)() }));
+        loop {
+            match self.slot.compare_exchange(seen, new, Ordering::AcqRel, Ordering::Acquire) {
+                // The previous generation's box is leaked on purpose: threads that do not exist
+                // in this process may hold its locks, and parent objects may point into it.
+                // SAFETY: `new` is ours and now published; it is never freed.
+                Ok(_) => return unsafe { &(*new).value },
+                Err(actual) => {
+                    // SAFETY: a non-null slot is a leaked box, never freed.
+                    if let Some(g) = unsafe { actual.as_ref() }.filter(|g| g.generation == now) {
+                        // Another thread of this generation built it first; ours was never
+                        // published.
+                        // SAFETY: `new` came from Box::into_raw above and nobody else saw it.
+                        drop(unsafe { Box::from_raw(new) });
+                        return &g.value;
+                    }
+                    seen = actual;
+                }
+            }
+        }
+    }
+}
+
 /// This process's generation: 0 in the original process, one more in each forked child.
 pub fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
@@ -87,4 +147,36 @@ pub fn install() {
         // `before`.
         unsafe { libc::pthread_atfork(Some(before), Some(in_parent), Some(in_child)) };
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    static TABLE: PerProcess<Mutex<u32>> = PerProcess::new(|| Mutex::new(0));
+
+    /// A child forked while the parent's table is locked (as by a thread of the parent's at
+    /// that moment) gets a fresh, unlocked table; the parent keeps its own.
+    #[test]
+    fn a_forked_child_gets_its_own_value() {
+        let parent = TABLE.get();
+        let held = parent.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the child only builds and locks its table, then leaves with _exit (no
+        // destructors, no test harness code).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let fresh = TABLE.get().try_lock().is_ok_and(|v| *v == 0);
+            let other = !std::ptr::eq(TABLE.get(), parent);
+            // SAFETY: _exit ends the child at once.
+            unsafe { libc::_exit(if fresh && other { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork failed");
+        drop(held);
+        let mut status = 0;
+        // SAFETY: waits for our own child; status is a valid out-pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child: {status:#x}");
+        assert!(std::ptr::eq(TABLE.get(), parent), "the parent's table changed");
+    }
 }

@@ -8,6 +8,7 @@
 //! when an armed SRQ drops below its limit (the limit then disarms, as the verbs spec says).
 
 use crate::runtime::fdqueue::FdQueue;
+use crate::runtime::fork::PerProcess;
 use crate::sys::*;
 use std::sync::{Condvar, Mutex};
 
@@ -27,11 +28,11 @@ pub type AsyncQueue = FdQueue<(ibv_event_type, Element)>;
 /// per object (the address of its C struct). Destroying a QP, SRQ or CQ waits until its count
 /// is 0, so that no event for it is read after it is gone (ibv_get_async_event(3), NOTES;
 /// conformance: ibv_get_async_event NOTE-DESTROY-WAITS).
-static UNACKED: Mutex<Vec<(usize, u32)>> = Mutex::new(Vec::new());
+static UNACKED: PerProcess<Mutex<Vec<(usize, u32)>>> = PerProcess::new(|| Mutex::new(Vec::new()));
 static ACKED: Condvar = Condvar::new();
 
 fn unacked() -> std::sync::MutexGuard<'static, Vec<(usize, u32)>> {
-    UNACKED.lock().unwrap_or_else(|e| e.into_inner())
+    UNACKED.get().lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The object an event of this type is affiliated with, if any (rdma-core's rule: the

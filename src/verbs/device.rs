@@ -6,6 +6,7 @@
 use super::objects;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
+use crate::runtime::fork::PerProcess;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::net::IpAddr;
@@ -126,11 +127,11 @@ const GIDS_TTL: Duration = Duration::from_secs(1);
 
 /// The cached table and when it was read. Reading the host (`getifaddrs`: a netlink socket and
 /// several system calls) on every UD send was the cost this cache removes.
-static GIDS: RwLock<Option<(Gids, Instant)>> = RwLock::new(None);
+static GIDS: PerProcess<RwLock<Option<(Gids, Instant)>>> = PerProcess::new(|| RwLock::new(None));
 
 fn refresh() -> Gids {
     let t = Gids::read_host();
-    *GIDS.write().unwrap_or_else(|e| e.into_inner()) = Some((t, Instant::now()));
+    *GIDS.get().write().unwrap_or_else(|e| e.into_inner()) = Some((t, Instant::now()));
     t
 }
 
@@ -144,7 +145,7 @@ pub fn gids() -> Gids {
 
 /// The cached table if it is younger than `GIDS_TTL`.
 fn cached() -> Option<Gids> {
-    let c = *GIDS.read().unwrap_or_else(|e| e.into_inner());
+    let c = *GIDS.get().read().unwrap_or_else(|e| e.into_inner());
     c.filter(|(_, at)| at.elapsed() < GIDS_TTL).map(|(t, _)| t)
 }
 

@@ -20,8 +20,8 @@ use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{Checked, KeySpace, MemoryKeys, Region, Sge, SharedRegion};
+use crate::runtime::fork::PerProcess;
 use crate::sys::*;
-use once_cell::sync::Lazy;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -85,8 +85,9 @@ pub struct Mr {
 }
 
 /// Looked up for every SGE and rkey: Fx hashing (the keys are ours and random), not SipHash.
-static KEYS: Lazy<RwLock<FxHashMap<u32, Arc<Reg>>>> =
-    Lazy::new(|| RwLock::new(FxHashMap::default()));
+/// Per process generation: a forked child's lookups never wait on a lock a parent thread held.
+static KEYS: PerProcess<RwLock<FxHashMap<u32, Arc<Reg>>>> =
+    PerProcess::new(|| RwLock::new(FxHashMap::default()));
 
 /// How many registrations have an iova other than their address: while none, posted SGEs need
 /// no translation (one relaxed load on the data path).
@@ -224,7 +225,7 @@ impl Mr {
         access: i32,
     ) -> Result<*mut ibv_mr> {
         let reg = Arc::new(Reg::new(pd, addr, len, iova, access)?);
-        let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
         let key = fresh_key(&keys);
         Ok(Self::publish(&mut keys, key, reg, addr, len, key))
     }
@@ -261,7 +262,7 @@ impl Mr {
         // Under the registration's lock: a racing ibv_rereg_mr cannot put the key back.
         let reg = mr.reg.write().unwrap_or_else(|e| e.into_inner());
         {
-            let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+            let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
             keys.remove(&mr.key);
             if let Some(n) = reg.null {
                 keys.remove(&n.zero);
@@ -288,7 +289,7 @@ impl Mr {
             null: None,
         };
         let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
-        let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
         let nk = NullKeys { zero: fresh_key(&keys), sink: 0 };
         keys.insert(nk.zero, Arc::new(zero));
         let nk = NullKeys { sink: fresh_key(&keys), ..nk };
@@ -353,7 +354,7 @@ impl Mr {
             }
         };
         {
-            let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+            let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
             if !keys.contains_key(&mr.key) {
                 drop(keys);
                 reg.revoke(); // deregistered meanwhile: the key stays gone
@@ -398,6 +399,7 @@ pub fn lookup(
     space: KeySpace,
 ) -> std::result::Result<(Arc<Reg>, u64), AccessError> {
     let reg = KEYS
+        .get()
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .get(&key)
@@ -421,7 +423,7 @@ pub fn translate_sge(s: Sge, writes: bool) -> Sge {
     if TRANSLATED.load(Ordering::Relaxed) == 0 || s.length == 0 {
         return s;
     }
-    let reg = KEYS.read().unwrap_or_else(|e| e.into_inner()).get(&s.lkey).cloned();
+    let reg = KEYS.get().read().unwrap_or_else(|e| e.into_inner()).get(&s.lkey).cloned();
     let Some(r) = reg.filter(|r| r.translated()) else { return s };
     if let (Some(n), Some(space)) = (r.null, null_space()) {
         return match writes {
@@ -450,7 +452,7 @@ impl MemoryKeys for Pd {
     }
 
     fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {
-        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
         let reg = keys.get(&key).filter(|r| std::ptr::eq(Arc::as_ptr(&r.pd), self))?;
         reg.share.clone()
     }

@@ -6,11 +6,11 @@
 //! return `void`, so there is no error to report).
 
 use crate::errno::{Errno, Result};
-use once_cell::sync::Lazy;
+use crate::runtime::fork::PerProcess;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-static LIVE: Lazy<Mutex<HashSet<usize>>> = Lazy::new(|| Mutex::new(HashSet::new()));
+static LIVE: PerProcess<Mutex<HashSet<usize>>> = PerProcess::new(|| Mutex::new(HashSet::new()));
 
 /// A list holding `item` (if any) and the terminating NULL.
 pub fn alloc<T>(item: Option<*mut T>) -> Result<*mut *mut T> {
@@ -24,13 +24,13 @@ pub fn alloc<T>(item: Option<*mut T>) -> Result<*mut *mut T> {
         *list = item.unwrap_or(std::ptr::null_mut());
         *list.add(1) = std::ptr::null_mut();
     }
-    LIVE.lock().unwrap_or_else(|e| e.into_inner()).insert(list as usize);
+    LIVE.get().lock().unwrap_or_else(|e| e.into_inner()).insert(list as usize);
     Ok(list)
 }
 
 /// Frees a list from [`alloc`]; anything else (NULL, foreign, already freed) is ignored.
 pub fn free<T>(list: *mut *mut T) {
-    if LIVE.lock().unwrap_or_else(|e| e.into_inner()).remove(&(list as usize)) {
+    if LIVE.get().lock().unwrap_or_else(|e| e.into_inner()).remove(&(list as usize)) {
         // SAFETY: the address came from malloc in alloc() and leaves the live set once, here.
         unsafe { libc::free(list.cast()) };
     }

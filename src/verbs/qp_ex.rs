@@ -18,8 +18,8 @@ use super::qp::Qp;
 pub use super::send_wr::Op;
 use super::send_wr::SendWr;
 use crate::errno::{Errno, Result};
+use crate::runtime::fork::PerProcess;
 use crate::sys::*;
-use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::mem::offset_of;
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
@@ -126,14 +126,15 @@ pub struct QpEx {
 }
 
 /// QP address → posting state, for every QP enabled for the API.
-static EX: Lazy<RwLock<HashMap<usize, Arc<QpEx>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+static EX: PerProcess<RwLock<HashMap<usize, Arc<QpEx>>>> =
+    PerProcess::new(|| RwLock::new(HashMap::new()));
 
 /// Enables `qp` for the posting API (idempotent): registers its state here and, the first time,
 /// lets `fill` set the function pointers of its `ibv_qp_ex` (in a template, copied in under the
 /// QP's lock).
 pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
     let addr = qp.ptr() as usize;
-    let mut map = EX.write().unwrap_or_else(|e| e.into_inner());
+    let mut map = EX.get().write().unwrap_or_else(|e| e.into_inner());
     if let Some(x) = map.get(&addr) {
         if x.qp.upgrade().is_some_and(|q| Arc::ptr_eq(&q, qp)) {
             return x.clone();
@@ -175,7 +176,7 @@ pub fn lookup(p: *const ibv_qp_ex) -> Result<Arc<QpEx>> {
     if p.is_null() {
         return Err(Errno::EINVAL);
     }
-    let map = EX.read().unwrap_or_else(|e| e.into_inner());
+    let map = EX.get().read().unwrap_or_else(|e| e.into_inner());
     match map.get(&(p as usize)) {
         Some(x) if x.qp.strong_count() > 0 => Ok(x.clone()),
         _ => Err(Errno::EINVAL),

@@ -17,6 +17,7 @@ use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
 use crate::provider::soft::roce::{self, opcode::op, Deth, Flow, Packet, GSI_QKEY, GSI_QPN};
 use crate::runtime::engine::engine;
+use crate::runtime::fork::PerProcess;
 use crate::runtime::{fork, udp, unix};
 use exchange::{timeout_of, Exchange, OnTimer, Sent, Verdict, MAX_CM_RETRIES, RESPONSE_TIMEOUT};
 use std::collections::HashMap;
@@ -52,17 +53,18 @@ struct Tables {
     by_peer: HashMap<(IpAddr, u32), u32>,
 }
 
-static ENDPOINT: Mutex<Option<Arc<Endpoint>>> = Mutex::new(None);
+static ENDPOINT: PerProcess<Mutex<Option<Arc<Endpoint>>>> = PerProcess::new(|| Mutex::new(None));
 /// Listening ids of this process: while there are any, it tries to own port 4791.
 static LISTENERS: AtomicUsize = AtomicUsize::new(0);
 /// This process's listeners by rendezvous name: the owner of 4791 hands requests for them over
 /// directly (a burst of requests would overflow the listener's accept queue otherwise).
-static LOCAL: Mutex<Option<HashMap<String, Weak<CmId>>>> = Mutex::new(None);
+static LOCAL: PerProcess<Mutex<HashMap<String, Weak<CmId>>>> =
+    PerProcess::new(|| Mutex::new(HashMap::new()));
 
 /// This generation's endpoint, opened on first use.
 pub fn endpoint() -> Result<Arc<Endpoint>> {
     let generation = fork::generation();
-    let mut e = lock(&ENDPOINT);
+    let mut e = lock(ENDPOINT.get());
     if let Some(ep) = e.as_ref() {
         if ep.generation == generation {
             return Ok(ep.clone());
@@ -94,7 +96,7 @@ fn random_u32() -> u32 {
 /// A listening id started on rendezvous `name` (it makes this process a candidate owner of
 /// port 4791).
 pub fn listener_added(name: &str, id: Weak<CmId>) {
-    lock(&LOCAL).get_or_insert_with(HashMap::new).insert(name.to_string(), id);
+    lock(LOCAL.get()).insert(name.to_string(), id);
     LISTENERS.fetch_add(1, Ordering::SeqCst);
     if let Ok(ep) = endpoint() {
         ep.try_own_well_known();
@@ -103,9 +105,7 @@ pub fn listener_added(name: &str, id: Weak<CmId>) {
 
 /// The listening id on rendezvous `name` is gone.
 pub fn listener_removed(name: &str) {
-    if let Some(m) = lock(&LOCAL).as_mut() {
-        m.remove(name);
-    }
+    lock(LOCAL.get()).remove(name);
     let _ = LISTENERS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
 }
 
@@ -217,7 +217,7 @@ impl Endpoint {
         let names = super::carrier::listener_names(req.ps, req.local);
         let blob = relay::encode(from, to, mad);
         for n in &names {
-            let local = lock(&LOCAL).as_ref().and_then(|m| m.get(n)).and_then(Weak::upgrade);
+            let local = lock(LOCAL.get()).get(n).and_then(Weak::upgrade);
             if let Some(l) = local {
                 return on_relayed(&l, &blob);
             }

@@ -8,6 +8,7 @@
 //! report each datagram's destination address (the receiver needs it for the ICRC).
 
 use crate::errno::{Errno, Result};
+use crate::runtime::fork::PerProcess;
 use crate::runtime::{fork, udp};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -77,10 +78,10 @@ struct Table {
     socks: Vec<Socket>,
 }
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+static TABLE: PerProcess<Mutex<Option<Table>>> = PerProcess::new(|| Mutex::new(None));
 
 fn table() -> std::sync::MutexGuard<'static, Option<Table>> {
-    let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut t = TABLE.get().lock().unwrap_or_else(|e| e.into_inner());
     // A forked child starts without sockets: the parent's stay the parent's.
     if t.as_ref().is_some_and(|t| t.generation != fork::generation()) {
         if let Some(old) = t.take() {

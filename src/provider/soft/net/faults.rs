@@ -6,6 +6,7 @@
 
 use super::endpoint::{self, Sock};
 use crate::runtime::engine::engine;
+use crate::runtime::fork::PerProcess;
 use std::cell::Cell;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -120,7 +121,7 @@ impl Held {
 }
 
 /// A packet held back to be sent after the next one (reorder).
-static HELD: Mutex<Option<Held>> = Mutex::new(None);
+static HELD: PerProcess<Mutex<Option<Held>>> = PerProcess::new(|| Mutex::new(None));
 
 /// How long a held-back packet waits for a successor before it goes out anyway.
 const HOLD_MAX: Duration = Duration::from_millis(1);
@@ -147,7 +148,7 @@ fn fate_of(f: &Faults, sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAdd
         }
     }
     if draw() < f.reorder {
-        let mut slot = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = HELD.get().lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
             *slot = Some(held());
             drop(slot);
@@ -184,7 +185,7 @@ pub fn send_all(sock: &Arc<Sock>, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) 
             Fate::Go => order.push(Out::Ours(i)),
             Fate::GoTwice => order.extend([Out::Ours(i), Out::Ours(i)]),
         }
-        if let Some(h) = HELD.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(h) = HELD.get().lock().unwrap_or_else(|e| e.into_inner()).take() {
             released.push(h.buf);
             order.push(Out::Released(released.len() - 1));
         }
@@ -217,7 +218,7 @@ pub fn send(sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAddr) {
 }
 
 fn release_held() {
-    let h = HELD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let h = HELD.get().lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(h) = h {
         h.send();
     }

@@ -11,6 +11,7 @@ use crate::errno::{Errno, Result};
 use crate::provider::soft::roce::{self, Flow, ROCE_UDP_PORT};
 use crate::provider::MCAST_QPN;
 use crate::runtime::engine::engine;
+use crate::runtime::fork::PerProcess;
 use crate::runtime::socket::kernel_socket;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -28,10 +29,10 @@ struct Group {
     members: Vec<u32>,
 }
 
-static GROUPS: Mutex<Vec<Group>> = Mutex::new(Vec::new());
+static GROUPS: PerProcess<Mutex<Vec<Group>>> = PerProcess::new(|| Mutex::new(Vec::new()));
 
 fn groups() -> std::sync::MutexGuard<'static, Vec<Group>> {
-    GROUPS.lock().unwrap_or_else(|e| e.into_inner())
+    GROUPS.get().lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `qpn`'s network membership of a group: leaves (closing the socket with the last) on drop.
