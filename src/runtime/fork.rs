@@ -88,6 +88,9 @@ pub struct PerProcess<T: 'static> {
 struct Generation<T> {
     generation: u64,
     value: T,
+    /// The generation before (a parent's), kept reachable so a leak checker in the child does
+    /// not report it.
+    _prev: *mut Generation<T>,
 }
 
 impl<T: 'static> PerProcess<T> {
@@ -110,7 +113,8 @@ impl<T: 'static> PerProcess<T> {
     fn build(&'static self, mut seen: *mut Generation<T>, now: u64) -> &'static T {
         // The generation must move on at the next fork, or a child would find this one.
         install();
-        let new = Box::into_raw(Box::new(Generation { generation: now, value: (self.init)() }));
+        let value = (self.init)();
+        let new = Box::into_raw(Box::new(Generation { generation: now, value, _prev: seen }));
         loop {
             match self.slot.compare_exchange(seen, new, Ordering::AcqRel, Ordering::Acquire) {
                 // The previous generation's box is leaked on purpose: threads that do not exist
@@ -127,6 +131,8 @@ impl<T: 'static> PerProcess<T> {
                         return &g.value;
                     }
                     seen = actual;
+                    // SAFETY: `new` is still ours alone (not published).
+                    unsafe { (*new)._prev = seen };
                 }
             }
         }

@@ -6,11 +6,23 @@
 //! return `void`, so there is no error to report).
 
 use crate::errno::{Errno, Result};
-use crate::runtime::fork::PerProcess;
+use crate::runtime::fork;
+use once_cell::sync::Lazy;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-static LIVE: PerProcess<Mutex<HashSet<usize>>> = PerProcess::new(|| Mutex::new(HashSet::new()));
+/// Used under `fork::shared()`: a forked child may free a list its parent got.
+static LIVE: Lazy<Mutex<HashSet<usize>>> = Lazy::new(|| Mutex::new(HashSet::new()));
+
+/// Runs `f` on the live set under the fork lock (the set's guard is released first).
+fn with_live<R>(f: impl FnOnce(&mut HashSet<usize>) -> R) -> R {
+    fork::install();
+    let _f = fork::shared();
+    let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let r = f(&mut g);
+    drop(g);
+    r
+}
 
 /// A list holding `item` (if any) and the terminating NULL.
 pub fn alloc<T>(item: Option<*mut T>) -> Result<*mut *mut T> {
@@ -24,13 +36,13 @@ pub fn alloc<T>(item: Option<*mut T>) -> Result<*mut *mut T> {
         *list = item.unwrap_or(std::ptr::null_mut());
         *list.add(1) = std::ptr::null_mut();
     }
-    LIVE.get().lock().unwrap_or_else(|e| e.into_inner()).insert(list as usize);
+    with_live(|l| l.insert(list as usize));
     Ok(list)
 }
 
 /// Frees a list from [`alloc`]; anything else (NULL, foreign, already freed) is ignored.
 pub fn free<T>(list: *mut *mut T) {
-    if LIVE.get().lock().unwrap_or_else(|e| e.into_inner()).remove(&(list as usize)) {
+    if with_live(|l| l.remove(&(list as usize))) {
         // SAFETY: the address came from malloc in alloc() and leaves the live set once, here.
         unsafe { libc::free(list.cast()) };
     }
