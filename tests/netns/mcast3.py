@@ -6,6 +6,11 @@
 Receivers `mckey -m 239.1.1.1` in namespaces a and c, then the sender (`-s`) in b: the sender's
 10 datagrams travel once as RoCEv2 UD SENDs to 239.1.1.1:4791, and each receiver must report
 `data transfers complete` (all 10 received) and exit 0, as must the sender.
+
+With --listeners, each receiver's namespace also has a CM listener (`udaddy`, which owns port
+4791 there while it listens): in a it starts before the receiver joins, in c after. The group's
+socket on `239.1.1.1:4791` and the listener's `[::]:4791` must coexist in either order: both
+receivers get every datagram, and then `udaddy -s` from b reaches each listener.
 Exit 0 pass, 1 a failure, 77 not root / no `ip` / mckey or the build missing.
 """
 
@@ -28,6 +33,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default="build")
     ap.add_argument("--mode", choices=["preload", "dropin"], default="preload")
+    ap.add_argument("--listeners", action="store_true")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("mcast3: SKIP: network namespaces need root")
@@ -45,9 +51,20 @@ def main():
         with fixture.Fixture(hosts=3) as fx:
             a, b, c = fx.hosts
             out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            listeners = {}
+            if args.listeners:
+                listeners[a.ns] = fx.popen(a, prefix + ["udaddy", "-b", a.ipv4], **out)
+                time.sleep(1.0)  # a's listener owns 4791 before a's receiver joins
             receivers = {h.ns: fx.popen(h, prefix + ["mckey", "-m", GROUP, "-b", h.ipv4], **out)
                          for h in (a, c)}
             time.sleep(1.5)  # the receivers join before the sender sends (mckey does not retry)
+            clients = {}
+            if args.listeners:
+                listeners[c.ns] = fx.popen(c, prefix + ["udaddy", "-b", c.ipv4], **out)
+                time.sleep(1.0)  # c's listener takes 4791 after c's receiver joined
+                # ... and is reached while that receiver still holds the group's socket.
+                clients[c.ns] = fx.run(b, prefix + ["udaddy", "-s", c.ipv4, "-b", b.ipv4],
+                                       timeout=TIMEOUT, **out)
             sender = fx.run(b, prefix + ["mckey", "-m", GROUP, "-s", "-b", b.ipv4],
                             timeout=TIMEOUT, **out)
             print(f"--- sender in {b.ns}: exit {sender.returncode} ---\n{sender.stdout}")
@@ -61,6 +78,22 @@ def main():
                     print(f"mcast3: receiver in {ns} hung (killed)")
                 print(f"--- receiver in {ns}: exit {p.returncode} ---\n{text}")
                 ok = ok and p.returncode == 0 and "data transfers complete" in text
+            for h in (a, c):
+                if h.ns not in listeners:
+                    continue
+                client = clients.get(h.ns) or fx.run(
+                    b, prefix + ["udaddy", "-s", h.ipv4, "-b", b.ipv4], timeout=TIMEOUT, **out)
+                print(f"--- udaddy -s {h.ipv4} from {b.ns}: exit {client.returncode} ---\n"
+                      f"{client.stdout}")
+                p = listeners[h.ns]
+                try:
+                    text, _ = p.communicate(timeout=TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    text, _ = p.communicate()
+                    print(f"mcast3: listener in {h.ns} hung (killed)")
+                print(f"--- udaddy listener in {h.ns}: exit {p.returncode} ---\n{text}")
+                ok = ok and client.returncode == 0 and p.returncode == 0
     except fixture.Skip as e:
         print(f"mcast3: SKIP: {e}")
         return 77

@@ -40,7 +40,9 @@ pub struct Endpoint {
     generation: u64,
     sock: Arc<OwnedFd>,
     port: u16,
-    well_known: Mutex<Option<Arc<OwnedFd>>>,
+    /// Port 4791 while we own it: the UDP socket and the namespace-wide lock that makes us its
+    /// only owner (see `try_own_well_known`).
+    well_known: Mutex<Option<(Arc<OwnedFd>, OwnedFd)>>,
     owner_retry_armed: AtomicBool,
     tables: Mutex<Tables>,
     psn: AtomicU32,
@@ -54,6 +56,8 @@ struct Tables {
 }
 
 static ENDPOINT: PerProcess<Mutex<Option<Arc<Endpoint>>>> = PerProcess::new(|| Mutex::new(None));
+/// The abstract name whose holder owns port 4791 in this network namespace.
+const OWNER_LOCK: &str = "rdmashim/roce-4791-owner";
 /// Listening ids of this process: while there are any, it tries to own port 4791.
 static LISTENERS: AtomicUsize = AtomicUsize::new(0);
 /// This process's listeners by rendezvous name: the owner of 4791 hands requests for them over
@@ -141,11 +145,17 @@ impl Endpoint {
         if self.generation != fork::generation() {
             return;
         }
-        match udp::open(roce::ROCE_UDP_PORT, None) {
-            Ok(fd) => {
-                let fd = Arc::new(fd);
+        // One owner per network namespace: an abstract socket name (per namespace, freed when
+        // its holder dies) is the lock, so the UDP socket itself may allow the multicast
+        // sockets on `group:4791` (SO_REUSEADDR) of this and other processes beside it, in
+        // either order. Without reuse the two excluded each other.
+        let owned = unix::bind(OWNER_LOCK).and_then(|lock_fd| {
+            udp::open_shared(roce::ROCE_UDP_PORT).map(|fd| (Arc::new(fd), lock_fd))
+        });
+        match owned {
+            Ok((fd, lock_fd)) => {
                 if self.watch(fd.clone(), roce::ROCE_UDP_PORT).is_ok() {
-                    *lock(&self.well_known) = Some(fd);
+                    *lock(&self.well_known) = Some((fd, lock_fd));
                 }
             }
             Err(_) => {

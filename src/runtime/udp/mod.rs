@@ -54,6 +54,18 @@ pub fn sockaddr6(a: SocketAddr) -> libc::sockaddr_in6 {
 /// for that many bytes of socket buffer each way: beyond rmem_max/wmem_max where we may (root),
 /// else as much as the system allows.
 pub fn open(port: u16, buf: Option<libc::c_int>) -> Result<OwnedFd> {
+    open_socket(port, buf, false)
+}
+
+/// A dual-stack socket on `[::]:port` that lets sockets bound to multicast groups on the same
+/// port coexist with it (SO_REUSEADDR; only sockets that set it too may bind there), and that
+/// receives no multicast itself. The caller makes sure it is the one such socket (port 4791's
+/// owner takes a lock first).
+pub fn open_shared(port: u16) -> Result<OwnedFd> {
+    open_socket(port, None, true)
+}
+
+fn open_socket(port: u16, buf: Option<libc::c_int>, shared: bool) -> Result<OwnedFd> {
     let fd = kernel_socket(
         libc::AF_INET6,
         libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
@@ -73,6 +85,13 @@ pub fn open(port: u16, buf: Option<libc::c_int>) -> Result<OwnedFd> {
                 let _ = setopt(raw, libc::SOL_SOCKET, plain, size);
             }
         }
+    }
+    if shared {
+        setopt(raw, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        // A wildcard socket would otherwise get a copy of every group's packets that another
+        // socket of the host joined.
+        setopt(raw, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
+        let _ = setopt(raw, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_ALL, 0); // Linux >= 4.20
     }
     let sa = sockaddr6(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port));
     // SAFETY: sa is a valid sockaddr_in6 of the length given.
