@@ -53,8 +53,8 @@ def main():
     group = GROUP6 if args.ipv6 else GROUP
 
     def addr(h):
-
         return h.ipv6 if args.ipv6 else h.ipv4
+
     try:
         with fixture.Fixture(hosts=3) as fx:
             a, b, c = fx.hosts
