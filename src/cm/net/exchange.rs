@@ -4,8 +4,13 @@
 //! and a message that arrives twice (the peer resent it because our answer was lost) is not
 //! delivered again but gets our answer to it again (only an answer: resending anything else
 //! could make two peers echo each other forever).
+//!
+//! A request we have not answered yet (the application has not called `rdma_accept`) that
+//! comes again is answered with an MRA ("I need more time", as the kernel's rdma_cm sends for
+//! every request it hands to user space), and a requester that gets an MRA waits the service
+//! timeout it names before resending, so an application may take minutes to accept.
 
-use crate::cm::wire::MAD_LEN;
+use crate::cm::wire::{attr, MAD_LEN};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -15,6 +20,8 @@ pub const RESPONSE_TIMEOUT: u8 = 18;
 /// noticed within (1 + MAX_CM_RETRIES) response timeouts, ~9.7 s; the kernel's rdma_cm uses 15,
 /// ~17 s with its timeout). Enough that a lossy link (10% each way) practically never fails.
 pub const MAX_CM_RETRIES: u8 = 8;
+/// The service timeout our MRAs announce (~68.7 s, the kernel rdma_cm's CMA_CM_MRA_SETTING).
+pub const MRA_SERVICE_TIMEOUT: u8 = 24;
 
 /// The duration an IBA timeout exponent stands for.
 pub fn timeout_of(exp: u8) -> Duration {
@@ -32,6 +39,9 @@ pub struct Sent {
 struct Awaiting {
     sent: Sent,
     left: u8,
+    /// How long each resend waits: the response timeout, plus the service timeout of the
+    /// peer's MRA once one came.
+    wait: Duration,
 }
 
 /// What to do with a message received from the peer.
@@ -43,6 +53,8 @@ pub enum Verdict {
     Resend(Box<Sent>),
     /// A duplicate with nothing to answer.
     Drop,
+    /// A request again that we have not answered yet: answer it with an MRA.
+    NotYet,
 }
 
 /// What to do when a retry timer fires.
@@ -86,7 +98,8 @@ impl Exchange {
         }
         self.epoch += 1;
         if expects_answer {
-            self.awaiting = Some(Awaiting { sent: s, left: retries });
+            let wait = timeout_of(RESPONSE_TIMEOUT);
+            self.awaiting = Some(Awaiting { sent: s, left: retries, wait });
             Some(self.epoch)
         } else {
             self.awaiting = None;
@@ -99,6 +112,7 @@ impl Exchange {
         if self.seen.contains(&attr) {
             return match self.last_answer {
                 Some((a, s)) if a == attr => Verdict::Resend(Box::new(s)),
+                _ if attr == attr::REQ => Verdict::NotYet,
                 _ => Verdict::Drop,
             };
         }
@@ -128,6 +142,21 @@ impl Exchange {
         }
     }
 
+    /// The peer sent an MRA for our request, naming its service timeout (IBA exponent): the
+    /// next resend waits that much longer, and so do the ones after it. The returned epoch is
+    /// for the timer to re-arm (after [`Exchange::wait`]); `None` if nothing waits.
+    pub fn mra(&mut self, service_timeout: u8) -> Option<u64> {
+        let a = self.awaiting.as_mut()?;
+        a.wait = timeout_of(RESPONSE_TIMEOUT) + timeout_of(service_timeout);
+        self.epoch += 1;
+        Some(self.epoch)
+    }
+
+    /// How long the retry timer of the waiting request runs.
+    pub fn wait(&self) -> Duration {
+        self.awaiting.map_or(timeout_of(RESPONSE_TIMEOUT), |a| a.wait)
+    }
+
     /// `true` while a request waits for its answer.
     pub fn awaiting(&self) -> bool {
         self.awaiting.is_some()
@@ -137,7 +166,6 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cm::wire::attr;
 
     fn sent(b: u8) -> Sent {
         Sent { mad: [b; MAD_LEN], to: "10.0.0.2:4791".parse().unwrap() }
@@ -152,6 +180,38 @@ mod tests {
         assert_eq!(x.timer(e), OnTimer::GiveUp);
         assert_eq!(x.timer(e), OnTimer::Stale);
         assert!(!x.awaiting());
+    }
+
+    #[test]
+    fn a_request_again_before_our_answer_gets_an_mra_then_the_answer() {
+        let mut x = Exchange::default();
+        assert_eq!(x.received(attr::REQ), Verdict::Deliver);
+        // The application has not accepted yet: "not yet" (an MRA), never delivered again.
+        assert_eq!(x.received(attr::REQ), Verdict::NotYet);
+        x.sent(sent(7), Some(attr::REQ), true, 3);
+        assert_eq!(x.received(attr::REQ), Verdict::Resend(Box::new(sent(7))));
+        // Other duplicates with nothing to answer are still dropped.
+        let mut y = Exchange::default();
+        assert_eq!(y.received(attr::DREQ), Verdict::Deliver);
+        assert_eq!(y.received(attr::DREQ), Verdict::Drop);
+    }
+
+    #[test]
+    fn an_mra_stretches_every_later_wait_and_keeps_the_budget() {
+        let mut x = Exchange::default();
+        let e = x.sent(sent(1), None, true, 1).unwrap();
+        assert_eq!(x.wait(), timeout_of(RESPONSE_TIMEOUT));
+        let e2 = x.mra(MRA_SERVICE_TIMEOUT).unwrap();
+        // The timer armed before the MRA is stale; the new one waits the service timeout more.
+        assert_eq!(x.timer(e), OnTimer::Stale);
+        let long = timeout_of(RESPONSE_TIMEOUT) + timeout_of(MRA_SERVICE_TIMEOUT);
+        assert_eq!(x.wait(), long);
+        assert!(long > Duration::from_secs(60));
+        assert_eq!(x.timer(e2), OnTimer::Resend(Box::new(sent(1))));
+        assert_eq!(x.wait(), long);
+        assert_eq!(x.timer(e2), OnTimer::GiveUp);
+        // Nothing waits: an MRA changes nothing.
+        assert_eq!(x.mra(MRA_SERVICE_TIMEOUT), None);
     }
 
     #[test]
@@ -206,13 +266,6 @@ mod tests {
         assert_eq!(y.received(attr::DREQ), Verdict::Resend(Box::new(sent(3))));
         assert_eq!(y.received(attr::RTU), Verdict::Deliver);
         assert_eq!(y.received(attr::RTU), Verdict::Drop);
-    }
-
-    #[test]
-    fn a_duplicate_before_we_said_anything_is_dropped() {
-        let mut x = Exchange::default();
-        assert_eq!(x.received(attr::REQ), Verdict::Deliver);
-        assert_eq!(x.received(attr::REQ), Verdict::Drop);
     }
 
     #[test]

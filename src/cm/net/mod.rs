@@ -19,7 +19,10 @@ use crate::provider::soft::roce::{self, opcode::op, Deth, Flow, Packet, GSI_QKEY
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
 use crate::runtime::{fork, udp, unix};
-use exchange::{timeout_of, Exchange, OnTimer, Sent, Verdict, MAX_CM_RETRIES, RESPONSE_TIMEOUT};
+use exchange::{
+    timeout_of, Exchange, OnTimer, Sent, Verdict, MAX_CM_RETRIES, MRA_SERVICE_TIMEOUT,
+    RESPONSE_TIMEOUT,
+};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -446,9 +449,10 @@ impl Assoc {
 
     fn arm(self: &Arc<Self>, epoch: u64) {
         let me = Arc::downgrade(self);
+        let wait = lock(&self.st).ex.wait();
         if let Ok(e) = engine() {
             e.after(
-                timeout_of(RESPONSE_TIMEOUT),
+                wait,
                 Box::new(move || {
                     if let Some(a) = me.upgrade() {
                         a.on_timer(epoch);
@@ -481,7 +485,7 @@ impl Assoc {
     }
 
     /// A MAD of this association's peer (already known to name our comm id).
-    fn on_wire(&self, w: &wire::Msg, from: SocketAddr) {
+    fn on_wire(self: &Arc<Self>, w: &wire::Msg, from: SocketAddr) {
         let (verdict, id) = {
             let mut st = lock(&self.st);
             if from.ip() != st.ctx.remote.ip() {
@@ -501,6 +505,17 @@ impl Assoc {
                 if st.ctx.remote_id != 0 && t != st.ctx.remote_id {
                     return;
                 }
+            }
+            if let wire::Msg::Mra(m) = w {
+                // Our request was received and will be answered later: wait longer. (An MRA
+                // is not a message of the exchange: one may come for every resend.)
+                if m.message_mraed == wire::msgs::MsgRef::Req && !st.ctx.passive && !st.closed {
+                    if let Some(epoch) = st.ex.mra(m.service_timeout) {
+                        drop(st);
+                        return self.arm(epoch);
+                    }
+                }
+                return;
             }
             let verdict = st.ex.received(w.attr_id());
             if verdict == Verdict::Deliver {
@@ -524,8 +539,33 @@ impl Assoc {
             Verdict::Resend(s) => {
                 let _ = self.ep.send_mad(self.src, s.to, &s.mad);
             }
+            Verdict::NotYet => self.send_mra(),
             Verdict::Drop => {}
         }
+    }
+
+    /// "Not yet": the peer resent its request because the application has not accepted (or
+    /// rejected) it yet; an MRA makes the peer wait the service timeout before resending.
+    fn send_mra(&self) {
+        let (mad, to) = {
+            let st = lock(&self.st);
+            if st.closed || !st.ctx.passive {
+                return;
+            }
+            let msg = wire::Msg::Mra(wire::Mra {
+                local_comm_id: st.ctx.local_id,
+                remote_comm_id: st.ctx.remote_id,
+                message_mraed: wire::msgs::MsgRef::Req,
+                service_timeout: MRA_SERVICE_TIMEOUT,
+                ..Default::default()
+            });
+            let mut mad = [0u8; MAD_LEN];
+            if wire::encode(&Cm { tid: st.tid, msg }, &mut mad).is_err() {
+                return;
+            }
+            (mad, st.peer_udp)
+        };
+        let _ = self.ep.send_mad(self.src, to, &mad);
     }
 
     /// The id no longer listens: no more deliveries or retries; duplicates still get our last
