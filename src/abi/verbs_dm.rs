@@ -77,3 +77,72 @@ unsafe extern "C" fn memcpy_from_dm(
         unsafe { d.copy_from(host_addr.cast(), dm_offset, length) }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The busy rule, bad input and the process's limit through the ops a program reaches (the
+    //! conformance program checks the clauses and an RDMA WRITE into a DM MR).
+    use super::*;
+    use crate::abi::verbs::ibv_open_device;
+    use crate::abi::verbs::{ibv_alloc_pd, ibv_close_device, ibv_dealloc_pd, ibv_dereg_mr};
+    use crate::errno::Errno;
+    use crate::verbs::dm::MAX_DM_SIZE;
+    use std::ptr::{null, null_mut};
+
+    const ZERO_BASED: u32 = ibv_access_flags::IBV_ACCESS_ZERO_BASED.0;
+    const LOCAL_WRITE: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+
+    fn attr(length: usize) -> ibv_alloc_dm_attr {
+        ibv_alloc_dm_attr { length, log_align_req: 3, comp_mask: 0 }
+    }
+
+    #[test]
+    fn dm_busy_while_registered_and_bad_input_is_refused() {
+        crate::abi::init();
+        // SAFETY: every pointer passed is live, NULL or deliberately foreign (never
+        // dereferenced: the registries refuse it), and every buffer holds what is copied.
+        unsafe {
+            let ctx = ibv_open_device(crate::verbs::device::device_ptr());
+            let pd = ibv_alloc_pd(ctx);
+            let dm = alloc_dm(ctx, &mut attr(256));
+            assert!(!dm.is_null());
+            assert_eq!((*dm).context, ctx);
+            let mut out = [7u8; 8];
+            assert_eq!(memcpy_from_dm(out.as_mut_ptr().cast(), dm, 248, 8), 0);
+            assert_eq!(out, [0; 8], "device memory starts zeroed");
+            assert_eq!(memcpy_to_dm(dm, 250, out.as_ptr().cast(), 8), libc::EFAULT);
+            assert_eq!(memcpy_to_dm(dm, 0, null(), 8), libc::EINVAL);
+            let foreign = out.as_mut_ptr().cast::<ibv_dm>();
+            assert_eq!(memcpy_to_dm(foreign, 0, out.as_ptr().cast(), 8), libc::EINVAL);
+            assert!(reg_dm_mr(pd, dm, 0, 64, LOCAL_WRITE).is_null());
+            assert_eq!(Errno::last(), Errno::EINVAL, "ZERO_BASED is required");
+            assert!(reg_dm_mr(pd, dm, 200, 64, ZERO_BASED).is_null());
+            assert_eq!(Errno::last(), Errno::EINVAL, "outside the DM");
+            assert!(reg_dm_mr(pd, foreign, 0, 64, ZERO_BASED).is_null());
+            let mr = reg_dm_mr(pd, dm, 64, 64, ZERO_BASED | LOCAL_WRITE);
+            assert!(!mr.is_null());
+            assert!((*mr).addr.is_null() && (*mr).length == 64);
+            assert_eq!(free_dm(dm), libc::EBUSY);
+            assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(free_dm(dm), 0);
+            assert_eq!(free_dm(dm), libc::EINVAL, "a DM is freed once");
+            assert_eq!(free_dm(null_mut()), libc::EINVAL);
+            // The process's limit: all of it at once, then nothing more until it is freed.
+            assert!(alloc_dm(ctx, &mut attr(0)).is_null());
+            assert!(alloc_dm(ctx, &mut attr(MAX_DM_SIZE + 1)).is_null());
+            assert_eq!(Errno::last(), Errno::EINVAL);
+            assert!(alloc_dm(ctx, null_mut()).is_null());
+            let all = alloc_dm(ctx, &mut attr(MAX_DM_SIZE));
+            assert!(!all.is_null());
+            assert!(alloc_dm(ctx, &mut attr(64)).is_null());
+            assert_eq!(Errno::last(), Errno::ENOMEM);
+            assert_eq!(free_dm(all), 0);
+            let again = alloc_dm(ctx, &mut attr(64));
+            assert!(!again.is_null());
+            assert_eq!(free_dm(again), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        }
+    }
+}
