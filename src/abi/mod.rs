@@ -16,6 +16,7 @@ pub mod rdma_cma;
 pub mod rdma_verbs;
 pub mod rsocket;
 pub mod verbs;
+pub mod verbs_dm;
 pub mod verbs_ex;
 
 /// Registers this layer's ops tables with verbs, which fills every context with them. Idempotent;

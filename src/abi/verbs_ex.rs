@@ -3,8 +3,9 @@
 //! * The `verbs_context` ops that the inline wrappers of verbs.h call ([`fill_context_ops`]):
 //!   `query_port` (the full `ibv_port_attr`), `query_device_ex`, `query_rt_values`,
 //!   `create_cq_ex`, `modify_cq`, `create_qp_ex`, `alloc_td`/`dealloc_td`,
-//!   `alloc_parent_domain` and `alloc_null_mr`. Every other op stays NULL, so its inline wrapper
-//!   answers `EOPNOTSUPP`.
+//!   `alloc_parent_domain` and `alloc_null_mr`, and the device-memory ops of
+//!   [`crate::abi::verbs_dm`]. Every other op stays NULL, so its inline wrapper answers
+//!   `EOPNOTSUPP`.
 //! * The `ibv_cq_ex` functions behind `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` and
 //!   `ibv_wc_read_*`.
 //! * The `ibv_qp_ex` functions behind `ibv_wr_*`, and the exported `ibv_qp_to_qp_ex`.
@@ -45,6 +46,7 @@ pub fn fill_context_ops(v: &mut verbs_context) {
     v.dealloc_td = Some(dealloc_td);
     v.alloc_parent_domain = Some(alloc_parent_domain);
     v.alloc_null_mr = Some(alloc_null_mr);
+    crate::abi::verbs_dm::fill_dm_ops(v);
 }
 
 unsafe extern "C" fn alloc_null_mr(pd: *mut ibv_pd) -> *mut ibv_mr {

@@ -8,8 +8,8 @@ use crate::errno::{Errno, Result};
 use crate::sys::*;
 
 /// `ibv_query_device_ex` answers: the legacy attributes plus completion timestamps (see
-/// `cq_ex`) and CQ moderation (`cq_mod`). No ODP, TSO, RSS, packet pacing, tag matching or
-/// device memory.
+/// `cq_ex`), CQ moderation (`cq_mod`) and device memory (`dm`). No ODP, TSO, RSS, packet
+/// pacing or tag matching.
 pub fn device_attr_ex() -> ibv_device_attr_ex {
     // SAFETY: all-zero is a valid ibv_device_attr_ex.
     let mut a: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
@@ -21,6 +21,7 @@ pub fn device_attr_ex() -> ibv_device_attr_ex {
     a.cq_mod_caps.max_cq_period = cq_mod::MAX_CQ_PERIOD;
     a.device_cap_flags_ex = a.orig_attr.device_cap_flags as u64;
     a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt as u32;
+    a.max_dm_size = super::dm::MAX_DM_SIZE as u64;
     a
 }
 
@@ -91,6 +92,7 @@ mod tests {
         assert_ne!(a.completion_timestamp_mask, 0);
         assert_eq!(a.hca_core_clock, cq_ex::CORE_CLOCK_KHZ);
         assert!(a.cq_mod_caps.max_cq_count >= 4 && a.cq_mod_caps.max_cq_period > 0);
+        assert_eq!(a.max_dm_size, super::super::dm::MAX_DM_SIZE as u64);
     }
 
     fn clock_ns(v: &ibv_values_ex) -> u64 {

@@ -9,6 +9,7 @@ pub mod cq_ex;
 pub mod cq_mod;
 pub mod device;
 pub mod device_ex;
+pub mod dm;
 pub mod ece;
 pub mod mr;
 pub mod pd;
@@ -28,6 +29,7 @@ pub struct Objects {
     pub pds: Registry<pd::Pd>,
     pub tds: Registry<pd::Td>,
     pub mrs: Registry<mr::Mr>,
+    pub dms: Registry<dm::Dm>,
     pub channels: Registry<cq::CompChannel>,
     pub cqs: Registry<cq::Cq>,
     pub qps: Registry<qp::Qp>,
@@ -40,6 +42,7 @@ pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
     pds: Registry::default(),
     tds: Registry::default(),
     mrs: Registry::default(),
+    dms: Registry::default(),
     channels: Registry::default(),
     cqs: Registry::default(),
     qps: Registry::default(),

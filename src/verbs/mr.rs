@@ -15,6 +15,7 @@
 //! process-wide zero pages (what is read from it) or to a sink nobody reads (what is written to
 //! it), each under a hidden key of the MR's PD with local rights only.
 
+use super::dm::DmMem;
 use super::objects;
 use super::pd::Pd;
 use crate::errno::{Errno, Result};
@@ -39,6 +40,9 @@ pub struct Reg {
     pub share: Option<Arc<dyn SharedRegion>>,
     /// A null MR's hidden keys (its own range is empty, so its key reaches nothing itself).
     null: Option<NullKeys>,
+    /// The device memory a DM MR (`ibv_reg_dm_mr`) lies in, kept mapped while the region is
+    /// reachable.
+    dm: Option<Arc<DmMem>>,
 }
 
 /// The keys a null MR's SGEs are redirected to.
@@ -159,7 +163,12 @@ impl Reg {
         } else {
             None
         };
-        Ok(Reg { pd, addr: addr as usize, len, iova, access, share, null: None })
+        Ok(Reg { pd, addr: addr as usize, len, iova, access, share, null: None, dm: None })
+    }
+
+    /// Whether the registration lies in the device memory `dm`.
+    pub fn holds(&self, dm: &Arc<DmMem>) -> bool {
+        self.dm.as_ref().is_some_and(|d| Arc::ptr_eq(d, dm))
     }
 
     /// A registration posted SGEs are rewritten for: another iova, or a null MR.
@@ -230,6 +239,22 @@ impl Mr {
         Ok(Self::publish(&mut keys, key, reg, addr, len, key))
     }
 
+    /// `ibv_reg_dm_mr`: registers `[addr, addr+len)` of the device memory `dm` as a zero-based
+    /// region (`access` has `IBV_ACCESS_ZERO_BASED`); the C struct's `addr` is NULL, as
+    /// libibverbs sets it (the DM's mapping is not the application's).
+    pub fn register_dm(
+        pd: Arc<Pd>,
+        addr: *mut libc::c_void,
+        len: usize,
+        access: i32,
+        dm: Arc<DmMem>,
+    ) -> Result<*mut ibv_mr> {
+        let reg = Reg { dm: Some(dm), ..Reg::new(pd, addr, len, 0, access)? };
+        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+        let key = fresh_key(&keys);
+        Ok(Self::publish(&mut keys, key, Arc::new(reg), std::ptr::null_mut(), len, key))
+    }
+
     /// Makes `reg` the MR `key` (the C struct says `addr`, `length` and `rkey`): in the key
     /// table and among the context's objects.
     fn publish(
@@ -287,6 +312,7 @@ impl Mr {
             access,
             share: None,
             null: None,
+            dm: None,
         };
         let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
         let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
@@ -332,6 +358,9 @@ impl Mr {
         let mut cur = mr.reg.write().unwrap_or_else(|e| e.into_inner());
         if cur.null.is_some() {
             return Err(Errno::EINVAL); // "the use of ibv_rereg_mr() with this MR is invalid"
+        }
+        if cur.dm.is_some() {
+            return Err(Errno::EINVAL); // the kernel refuses to reregister a DM MR
         }
         let new_pd = match pd {
             None => cur.pd.clone(),

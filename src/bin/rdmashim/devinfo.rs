@@ -197,6 +197,10 @@ fn extended(o: &mut String, ax: &ibv_device_attr_ex) {
         let _ = writeln!(o, "\t\tmax_cq_count:\t{}", m.max_cq_count);
         let _ = writeln!(o, "\t\tmax_cq_period:\t{} us\n", m.max_cq_period);
     }
+    // Only a device with device memory (ibv_alloc_dm) has the line.
+    if ax.max_dm_size != 0 {
+        let _ = writeln!(o, "\tmaximum available device memory:\t{}Bytes\n", ax.max_dm_size);
+    }
 }
 
 fn port_info(o: &mut String, ctx: &Ctx, port: u8) -> Result<(), String> {
