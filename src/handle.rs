@@ -37,6 +37,7 @@ c_structs!(
     ibv_pd,
     ibv_td,
     ibv_mr,
+    ibv_mw,
     ibv_ah,
     ibv_srq,
     ibv_qp_ex,

@@ -11,6 +11,7 @@ pub mod device;
 pub mod device_ex;
 pub mod ece;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod ptr_list;
 pub mod qp;
@@ -28,6 +29,7 @@ pub struct Objects {
     pub pds: Registry<pd::Pd>,
     pub tds: Registry<pd::Td>,
     pub mrs: Registry<mr::Mr>,
+    pub mws: Registry<mw::Mw>,
     pub channels: Registry<cq::CompChannel>,
     pub cqs: Registry<cq::Cq>,
     pub qps: Registry<qp::Qp>,
@@ -40,6 +42,7 @@ pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
     pds: Registry::default(),
     tds: Registry::default(),
     mrs: Registry::default(),
+    mws: Registry::default(),
     channels: Registry::default(),
     cqs: Registry::default(),
     qps: Registry::default(),

@@ -30,8 +30,15 @@ impl SendWqe {
             IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
             IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
             IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+            IBV_WR_BIND_MW => IBV_WC_BIND_MW,
+            IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
             _ => IBV_WC_SEND,
         }
+    }
+
+    /// A local operation (bind, local invalidate): nothing goes to the peer.
+    pub(super) fn is_local(&self) -> bool {
+        matches!(self.opcode, IBV_WR_BIND_MW | IBV_WR_LOCAL_INV)
     }
 
     fn awaits_response(&self) -> bool {
@@ -136,6 +143,24 @@ impl SoftQp {
         }
         let ring = link.out;
         while let Some(w) = st.sq.front() {
+            if st.pushed == 0 && w.is_local() {
+                // Executed by verbs when posted: it completes in order, behind what is in flight.
+                let w = st.sq.pop_front().expect("front exists");
+                let status = w.local_status;
+                let mut f = self.inflight(w, 0, 0);
+                f.done = true;
+                f.len = 0;
+                if status != IBV_WC_SUCCESS {
+                    f.error = Some(status);
+                }
+                st.inflight.push_back(f);
+                self.reap(st, 0);
+                wrote = true;
+                if st.state != QpState::Rts {
+                    return wrote; // its error completion failed the QP
+                }
+                continue;
+            }
             if st.pushed == 0 {
                 if let Payload::Sges(sgl) = &w.payload {
                     if self.check_local(sgl, w.local_access()).is_err() {
@@ -160,7 +185,7 @@ impl SoftQp {
                 }
             }
             let op = match w.opcode {
-                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => OP_SEND,
+                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV => OP_SEND,
                 IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => OP_WRITE,
                 IBV_WR_RDMA_READ => OP_READ_REQ,
                 IBV_WR_ATOMIC_CMP_AND_SWP => OP_CMP_SWAP,
@@ -184,12 +209,17 @@ impl SoftQp {
                 if w.imm.is_some() {
                     flags |= SEG_IMM;
                 }
+                let inv = w.opcode == IBV_WR_SEND_WITH_INV;
+                if inv {
+                    flags |= SEG_INV;
+                }
                 let h = SegHdr {
                     msg_len: w.len as u32,
                     seg_len: n as u32,
                     flags,
                     opcode: op,
-                    imm: w.imm.unwrap_or(0),
+                    // SEND with invalidate: the rkey to invalidate rides where an immediate would.
+                    imm: if inv { w.rkey } else { w.imm.unwrap_or(0) },
                     rkey: w.rkey,
                     remote_addr: w.remote_addr.wrapping_add(off),
                     compare_add: w.compare_add,
