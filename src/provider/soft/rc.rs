@@ -13,50 +13,13 @@ use super::ring::*;
 use super::segcheck::Open;
 use crate::provider::{
     AccessError, Completion, KeySpace, Payload, QpState, RecvWqe, Region, SendWqe, Sgl,
-    ACCESS_LOCAL_WRITE,
 };
 use crate::runtime::engine::engine;
 use crate::sys::*;
 use std::time::{Duration, Instant};
 
-use ibv_wc_opcode::*;
 use ibv_wc_status::*;
 use ibv_wr_opcode::*;
-
-impl SendWqe {
-    pub fn wc_opcode(&self) -> u32 {
-        match self.opcode {
-            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
-            IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
-            IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
-            IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
-            IBV_WR_BIND_MW => IBV_WC_BIND_MW,
-            IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
-            _ => IBV_WC_SEND,
-        }
-    }
-
-    /// A local operation (bind, local invalidate): nothing goes to the peer.
-    pub(super) fn is_local(&self) -> bool {
-        matches!(self.opcode, IBV_WR_BIND_MW | IBV_WR_LOCAL_INV)
-    }
-
-    fn awaits_response(&self) -> bool {
-        matches!(
-            self.opcode,
-            IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
-        )
-    }
-
-    /// Rights the local buffers need: READ and atomics write their result there.
-    pub(super) fn local_access(&self) -> u32 {
-        if self.awaits_response() {
-            ACCESS_LOCAL_WRITE
-        } else {
-            0
-        }
-    }
-}
 
 /// A request written to the ring and not yet completed.
 pub struct Inflight {
@@ -144,19 +107,8 @@ impl SoftQp {
         let ring = link.out;
         while let Some(w) = st.sq.front() {
             if st.pushed == 0 && w.is_local() {
-                // Executed by verbs when posted: it completes in order, behind what is in flight.
-                let w = st.sq.pop_front().expect("front exists");
-                let status = w.local_status;
-                let mut f = self.inflight(w, 0, 0);
-                f.done = true;
-                f.len = 0;
-                if status != IBV_WC_SUCCESS {
-                    f.error = Some(status);
-                }
-                st.inflight.push_back(f);
-                self.reap(st, 0);
                 wrote = true;
-                if st.state != QpState::Rts {
+                if !self.complete_local(st) {
                     return wrote; // its error completion failed the QP
                 }
                 continue;
