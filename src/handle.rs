@@ -38,6 +38,7 @@ c_structs!(
     ibv_td,
     ibv_mr,
     ibv_dm,
+    ibv_mw,
     ibv_ah,
     ibv_srq,
     ibv_qp_ex,

@@ -12,6 +12,7 @@ use crate::verbs::ah::Ah;
 use crate::verbs::cq::{CompChannel, Cq};
 use crate::verbs::device::{self, Context};
 use crate::verbs::mr::Mr;
+use crate::verbs::mw::Mw;
 use crate::verbs::objects;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp::Qp;
@@ -31,22 +32,31 @@ pub fn context_ops() -> ibv_context_ops {
     ops.post_send = Some(ibv_post_send);
     ops.post_recv = Some(ibv_post_recv);
     ops.post_srq_recv = Some(ibv_post_srq_recv);
-    ops.bind_mw = Some(bind_mw_unsupported);
-    ops.dealloc_mw = Some(dealloc_mw_unsupported);
+    ops.alloc_mw = Some(alloc_mw);
+    ops.bind_mw = Some(bind_mw);
+    ops.dealloc_mw = Some(dealloc_mw);
     ops
 }
 
-// Memory windows are not supported: inlined ibv_bind_mw/ibv_dealloc_mw call these without a
-// NULL check, so they must exist and fail cleanly.
-unsafe extern "C" fn bind_mw_unsupported(
-    _: *mut ibv_qp,
-    _: *mut ibv_mw,
-    _: *mut ibv_mw_bind,
-) -> c_int {
-    libc::EOPNOTSUPP
+// Memory windows (verbs/mw.rs): the inline ibv_alloc_mw, ibv_bind_mw and ibv_dealloc_mw of
+// verbs.h call these through the ops table.
+unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, kind: c_uint) -> *mut ibv_mw {
+    crate::entry_body!("ibv_alloc_mw"(pd, kind) -> NullOr<ibv_mw> {
+        Mw::alloc(objects().pds.get(pd)?, kind)
+    })
 }
-unsafe extern "C" fn dealloc_mw_unsupported(_: *mut ibv_mw) -> c_int {
-    libc::EOPNOTSUPP
+
+unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> c_int {
+    crate::entry_body!("ibv_bind_mw"(qp, mw, mw_bind) -> PositiveErrno {
+        let q = objects().qps.get(qp)?;
+        // SAFETY: mw_bind is NULL or a valid bind request (the API contract).
+        let b = unsafe { arg(mw_bind) }?;
+        crate::verbs::send_wr::bind_type1(&q, mw, b)
+    })
+}
+
+unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    crate::entry_body!("ibv_dealloc_mw"(mw) -> PositiveErrno { Mw::dealloc(mw) })
 }
 
 fn ctx(p: *mut ibv_context) -> Result<std::sync::Arc<Context>> {
@@ -350,7 +360,7 @@ entry! {
             // SAFETY: cur walks the caller's NULL-terminated list of valid work requests.
             let w = unsafe { &*cur };
             // SAFETY: w's SGEs and inline buffers are valid per the verbs contract.
-            let r = unsafe { read_send_wr(&q, w) }.and_then(|(wqe, n)| q.post_send(wqe, n));
+            let r = unsafe { read_send_wr(&q, w) }.and_then(|f| q.post_send(f.wqe, f.num_sge, f.local));
             if let Err(e) = r {
                 // SAFETY: bad_wr is NULL or a valid out-pointer.
                 if let Some(b) = unsafe { bad_wr.as_mut() } {

@@ -308,11 +308,11 @@ fn fill_qp_ops(x: &mut ibv_qp_ex) {
     x.wr_set_inline_data = Some(wr_set_inline_data);
     x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     x.wr_set_ud_addr = Some(wr_set_ud_addr);
-    // Not supported by this provider: present so that a caller gets an error from
-    // wr_complete instead of a jump through NULL.
     x.wr_bind_mw = Some(wr_bind_mw);
     x.wr_local_inv = Some(wr_local_inv);
     x.wr_send_inv = Some(wr_send_inv);
+    // Not supported by this provider: present so that a caller gets an error from
+    // wr_complete instead of a jump through NULL.
     x.wr_send_tso = Some(wr_send_tso);
     x.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     x.wr_atomic_write = Some(wr_atomic_write);
@@ -473,19 +473,26 @@ unsafe extern "C" fn wr_set_ud_addr(
 
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _info: *const ibv_mw_bind_info,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
 ) {
-    with_qp("ibv_wr_bind_mw", qp, |x| x.fail(Errno::EOPNOTSUPP));
+    // SAFETY: info is NULL or a valid bind description (the API contract).
+    match unsafe { info.as_ref() } {
+        Some(i) => {
+            let bind = Some(crate::verbs::send_wr::BindArgs::new(mw, Some(rkey), i));
+            with_op("ibv_wr_bind_mw", qp, Op { bind, ..Op::new(IBV_WR_BIND_MW) });
+        }
+        None => with_qp("ibv_wr_bind_mw", qp, |x| x.fail(Errno::EINVAL)),
+    }
 }
 
-unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    with_qp("ibv_wr_local_inv", qp, |x| x.fail(Errno::EOPNOTSUPP));
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    with_op("ibv_wr_local_inv", qp, Op { rkey: invalidate_rkey, ..Op::new(IBV_WR_LOCAL_INV) });
 }
 
-unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    with_qp("ibv_wr_send_inv", qp, |x| x.fail(Errno::EOPNOTSUPP));
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    with_op("ibv_wr_send_inv", qp, Op { rkey: invalidate_rkey, ..Op::new(IBV_WR_SEND_WITH_INV) });
 }
 
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut libc::c_void, _sz: u16, _mss: u16) {

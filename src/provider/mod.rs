@@ -81,6 +81,13 @@ pub trait MemoryKeys: Send + Sync {
         let _ = key;
         None
     }
+
+    /// A SEND with invalidate arrived naming `rkey` (from the peer: untrusted): invalidates it
+    /// if it is a window of this PD that may be invalidated so (a bound type 2 window).
+    fn invalidate(&self, rkey: u32) -> std::result::Result<(), AccessError> {
+        let _ = rkey;
+        Err(AccessError::Protection)
+    }
 }
 
 /// A provider's hold on a registered region that peers may reach without this process's CPU

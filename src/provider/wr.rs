@@ -150,6 +150,10 @@ pub struct SendWqe {
     pub ud: Option<UdDest>,
     /// Send queue position, assigned at admission (see `TransportQp::post_send`).
     pub seq: u64,
+    /// A local operation (`IBV_WR_BIND_MW`, `IBV_WR_LOCAL_INV`), executed by verbs when it was
+    /// posted: the status its completion carries once it reaches the front of the send queue.
+    /// (`IBV_WR_SEND_WITH_INV` carries the rkey to invalidate in `rkey`.)
+    pub local_status: u32,
 }
 
 /// A work completion as the provider produces it (status, opcode and flags are the

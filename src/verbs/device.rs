@@ -252,12 +252,15 @@ pub fn device_attr(a: &mut ibv_device_attr) {
     a.hw_ver = 0;
     a.max_qp = 0x10000;
     a.max_qp_wr = MAX_QP_WR as i32;
-    a.device_cap_flags = 0;
+    // Memory windows, type 1 and 2B (verbs/mw.rs); both flags live in device_cap_flags.
+    a.device_cap_flags = ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW.0
+        | ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0;
     a.max_sge = MAX_SGE as i32;
     a.max_sge_rd = MAX_SGE as i32;
     a.max_cq = 0x4000;
     a.max_cqe = MAX_CQE as i32;
     a.max_mr = 0x40000;
+    a.max_mw = 0x10000;
     a.max_pd = 0x8000;
     a.max_qp_rd_atom = 128;
     a.max_ee_rd_atom = 0;

@@ -12,6 +12,7 @@ pub mod device_ex;
 pub mod dm;
 pub mod ece;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod ptr_list;
 pub mod qp;
@@ -30,6 +31,7 @@ pub struct Objects {
     pub tds: Registry<pd::Td>,
     pub mrs: Registry<mr::Mr>,
     pub dms: Registry<dm::Dm>,
+    pub mws: Registry<mw::Mw>,
     pub channels: Registry<cq::CompChannel>,
     pub cqs: Registry<cq::Cq>,
     pub qps: Registry<qp::Qp>,
@@ -43,6 +45,7 @@ pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
     tds: Registry::default(),
     mrs: Registry::default(),
     dms: Registry::default(),
+    mws: Registry::default(),
     channels: Registry::default(),
     cqs: Registry::default(),
     qps: Registry::default(),

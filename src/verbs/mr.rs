@@ -43,6 +43,9 @@ pub struct Reg {
     /// The device memory a DM MR (`ibv_reg_dm_mr`) lies in, kept mapped while the region is
     /// reachable.
     dm: Option<Arc<DmMem>>,
+    /// A memory window's entry (`mw.rs`): an rkey only, never an lkey; unbound it has an empty
+    /// range and no rights.
+    pub(super) window: Option<std::sync::Weak<super::mw::Mw>>,
 }
 
 /// The keys a null MR's SGEs are redirected to.
@@ -86,11 +89,14 @@ pub struct Mr {
     pub key: u32,
     /// The current registration (replaced by `ibv_rereg_mr`).
     reg: RwLock<Arc<Reg>>,
+    /// Memory windows bound to the MR (changed under the key table's write lock): while any
+    /// is, `ibv_dereg_mr` and `ibv_rereg_mr` fail with `EBUSY`.
+    pub(super) windows: AtomicUsize,
 }
 
 /// Looked up for every SGE and rkey: Fx hashing (the keys are ours and random), not SipHash.
 /// Per process generation: a forked child's lookups never wait on a lock a parent thread held.
-static KEYS: PerProcess<RwLock<FxHashMap<u32, Arc<Reg>>>> =
+pub(super) static KEYS: PerProcess<RwLock<FxHashMap<u32, Arc<Reg>>>> =
     PerProcess::new(|| RwLock::new(FxHashMap::default()));
 
 /// How many registrations have an iova other than their address: while none, posted SGEs need
@@ -163,12 +169,37 @@ impl Reg {
         } else {
             None
         };
-        Ok(Reg { pd, addr: addr as usize, len, iova, access, share, null: None, dm: None })
+        Ok(Reg {
+            pd,
+            addr: addr as usize,
+            len,
+            iova,
+            access,
+            share,
+            null: None,
+            dm: None,
+            window: None,
+        })
     }
 
     /// Whether the registration lies in the device memory `dm`.
     pub fn holds(&self, dm: &Arc<DmMem>) -> bool {
         self.dm.as_ref().is_some_and(|d| Arc::ptr_eq(d, dm))
+    }
+
+    /// A window's entry: `[addr, addr+len)` of this process reached from `iova` with `access`
+    /// (an unbound window: nothing, no rights).
+    pub(super) fn window(
+        pd: Arc<Pd>,
+        (addr, len, iova, access): (usize, usize, u64, u32),
+        mw: std::sync::Weak<super::mw::Mw>,
+    ) -> Reg {
+        Reg { pd, addr, len, iova, access, share: None, null: None, dm: None, window: Some(mw) }
+    }
+
+    /// The local address of `[at, at+len)` of this registration's iova space, if inside.
+    pub(super) fn local_of(&self, at: u64, len: usize) -> Option<u64> {
+        self.local(at, len, KeySpace::Remote)
     }
 
     /// A registration posted SGEs are rewritten for: another iova, or a null MR.
@@ -205,11 +236,13 @@ fn translate(base: u64, addr: usize, region_len: usize, at: u64, len: usize) -> 
     u64::try_from(addr).ok()?.checked_add(off)
 }
 
-/// A key not in use (the caller holds the table's write lock).
-fn fresh_key(keys: &FxHashMap<u32, Arc<Reg>>) -> u32 {
+/// A key not in use (the caller holds the table's write lock), whose index (the upper 24 bits)
+/// no key uses either: a memory window owns every key of its index (`ibv_inc_rkey` changes
+/// only the low 8 bits), so no two objects ever share one.
+pub(super) fn fresh_key(keys: &FxHashMap<u32, Arc<Reg>>) -> u32 {
     loop {
         let k = random_key();
-        if k != 0 && !keys.contains_key(&k) {
+        if k >> 8 != 0 && (0..=0xff).all(|tag| !keys.contains_key(&(k & !0xff | tag))) {
             break k;
         }
     }
@@ -277,17 +310,24 @@ impl Mr {
         let p = raw.as_ptr();
         count(&reg, true);
         keys.insert(key, reg.clone());
-        let mr = Arc::new(Mr { raw, key, reg: RwLock::new(reg) });
+        let mr = Arc::new(Mr { raw, key, reg: RwLock::new(reg), windows: AtomicUsize::new(0) });
         objects().mrs.insert(p as usize, mr);
         p
     }
 
     pub fn deregister(p: *mut ibv_mr) -> Result<()> {
-        let mr = objects().mrs.remove(p).ok_or(Errno::EINVAL)?;
+        let mr = objects().mrs.get(p)?;
         // Under the registration's lock: a racing ibv_rereg_mr cannot put the key back.
         let reg = mr.reg.write().unwrap_or_else(|e| e.into_inner());
         {
             let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+            // Binds count their windows under this lock: none can start meanwhile.
+            if mr.windows.load(Ordering::Acquire) > 0 {
+                return Err(Errno::EBUSY); // a window is bound to it (as the kernel says)
+            }
+            if objects().mrs.remove(p).is_none() {
+                return Err(Errno::EINVAL); // deregistered meanwhile
+            }
             keys.remove(&mr.key);
             if let Some(n) = reg.null {
                 keys.remove(&n.zero);
@@ -313,6 +353,7 @@ impl Mr {
             share: None,
             null: None,
             dm: None,
+            window: None,
         };
         let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
         let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
@@ -356,6 +397,9 @@ impl Mr {
         // A parent domain stands for its innermost PD, as at registration (`Pd::reg_mr`).
         let pd = if flags & REREG_PD != 0 { Some(objects().pds.get(pd)?.domain()) } else { None };
         let mut cur = mr.reg.write().unwrap_or_else(|e| e.into_inner());
+        if mr.windows.load(Ordering::Acquire) > 0 {
+            return Ok(Err(Errno::EBUSY)); // a window is bound to the region
+        }
         if cur.null.is_some() {
             return Err(Errno::EINVAL); // "the use of ibv_rereg_mr() with this MR is invalid"
         }
@@ -437,6 +481,10 @@ pub fn lookup(
     if !std::ptr::eq(Arc::as_ptr(&reg.pd), pd) {
         return Err(AccessError::Protection);
     }
+    // A window's key is an rkey only.
+    if reg.window.is_some() && space == KeySpace::Local {
+        return Err(AccessError::Protection);
+    }
     let local = reg.local(addr, len, space).ok_or(AccessError::Protection)?;
     if reg.access & need != need {
         return Err(AccessError::Access);
@@ -484,6 +532,10 @@ impl MemoryKeys for Pd {
         let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
         let reg = keys.get(&key).filter(|r| std::ptr::eq(Arc::as_ptr(&r.pd), self))?;
         reg.share.clone()
+    }
+
+    fn invalidate(&self, rkey: u32) -> std::result::Result<(), AccessError> {
+        super::mw::invalidate(self, rkey, true)
     }
 }
 

@@ -437,11 +437,23 @@ impl Qp {
     }
 
     /// Validates and queues one send request.
-    pub fn post_send(&self, w: SendWqe, num_sge: usize) -> Result<()> {
+    pub fn post_send(
+        &self,
+        mut w: SendWqe,
+        num_sge: usize,
+        local: Option<super::mw::LocalOp>,
+    ) -> Result<()> {
         if num_sge > self.cap.max_send_sge as usize || w.len > device::MAX_MSG as u64 {
             return Err(Errno::EINVAL);
         }
         let max = self.cap.max_send_wr as u64;
+        // A bind or local invalidate takes effect when posted on a QP in RTS with room (in ERR
+        // it flushes, without effect); its completion comes in send-queue order.
+        if let Some(op) = local {
+            if self.state() == ibv_qp_state::IBV_QPS_RTS && self.sq_outstanding() < max {
+                w.local_status = op.execute();
+            }
+        }
         self.transport.post_send(w, &mut |state| {
             if !matches!(state, QpState::Rts | QpState::Err) {
                 return Err(Errno::EINVAL);

@@ -31,8 +31,13 @@ pub const SUPPORTED_SEND_OPS: u64 = (ibv_qp_create_send_ops_flags::IBV_QP_EX_WIT
     | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND_WITH_IMM.0
     | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_READ.0
     | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0
-    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0)
-    as u64;
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0
+    | MW_OPS) as u64;
+
+/// The memory-window operations (`verbs::mw`): RC and UC.
+const MW_OPS: u32 = ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_BIND_MW.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_LOCAL_INV.0
+    | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND_WITH_INV.0;
 
 /// What `ibv_create_qp_ex` asks beyond a basic QP.
 #[derive(Debug, PartialEq, Eq)]
@@ -94,7 +99,7 @@ fn send_ops_of(qp_type: u32) -> u64 {
     let write = (f::IBV_QP_EX_WITH_RDMA_WRITE.0 | f::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM.0) as u64;
     match qp_type {
         ibv_qp_type::IBV_QPT_UD => send,
-        ibv_qp_type::IBV_QPT_UC => send | write,
+        ibv_qp_type::IBV_QPT_UC => send | write | MW_OPS as u64,
         _ => SUPPORTED_SEND_OPS,
     }
 }
@@ -306,8 +311,8 @@ impl QpEx {
             }
         }
         for b in p.wrs {
-            let (wqe, num_sge) = b.finish(&qp);
-            qp.post_send(wqe, num_sge)?;
+            let f = b.finish(&qp)?;
+            qp.post_send(f.wqe, f.num_sge, f.local)?;
         }
         Ok(())
     }
@@ -333,7 +338,7 @@ mod tests {
         let mut a = attr(pd | ops);
         a.send_ops_flags = SUPPORTED_SEND_OPS;
         assert_eq!(check_create_attr(&a), Ok(CreateEx { block_self_mcast: false }));
-        a.send_ops_flags |= ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_BIND_MW.0 as u64;
+        a.send_ops_flags |= ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_TSO.0 as u64;
         assert_eq!(check_create_attr(&a), Err(Errno::EOPNOTSUPP));
         assert_eq!(check_create_attr(&attr(ops)), Err(Errno::EINVAL));
         assert_eq!(check_create_attr(&attr(pd | (1 << 12))), Err(Errno::EINVAL));

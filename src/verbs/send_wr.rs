@@ -3,6 +3,7 @@
 //! copied (inline data) and checked the same way whichever API posted it.
 
 use super::ah::Ah;
+use super::mw::LocalOp;
 use super::objects;
 use super::qp::Qp;
 use crate::errno::{Errno, Result};
@@ -21,12 +22,55 @@ pub struct Op {
     pub rkey: u32,
     pub compare_add: u64,
     pub swap: u64,
+    /// `IBV_WR_BIND_MW`: the window and what to bind it to.
+    pub bind: Option<BindArgs>,
+}
+
+/// A window bind as given (`wr.bind_mw`, `ibv_wr_bind_mw` or `ibv_bind_mw`), checked by
+/// `mw::check_bind` against the QP when the request is finished.
+#[derive(Clone, Copy)]
+pub struct BindArgs {
+    /// The window's address (a registry key, dereferenced only after a lookup).
+    pub mw: usize,
+    /// Type 2: the new rkey; `None` for an `ibv_bind_mw` (type 1).
+    pub rkey: Option<u32>,
+    pub mr: usize,
+    pub addr: u64,
+    pub length: u64,
+    pub access: u32,
+}
+
+impl BindArgs {
+    pub fn new(mw: *mut ibv_mw, rkey: Option<u32>, info: &ibv_mw_bind_info) -> BindArgs {
+        BindArgs {
+            mw: mw as usize,
+            rkey,
+            mr: info.mr as usize,
+            addr: info.addr,
+            length: info.length,
+            access: info.mw_access_flags,
+        }
+    }
+
+    fn info(&self) -> ibv_mw_bind_info {
+        ibv_mw_bind_info {
+            mr: self.mr as *mut ibv_mr,
+            addr: self.addr,
+            length: self.length,
+            mw_access_flags: self.access,
+        }
+    }
 }
 
 impl Op {
     pub fn new(opcode: u32) -> Op {
-        Op { opcode, imm: None, remote_addr: 0, rkey: 0, compare_add: 0, swap: 0 }
+        Op { opcode, imm: None, remote_addr: 0, rkey: 0, compare_add: 0, swap: 0, bind: None }
     }
+}
+
+/// Operations of the send queue that reach no peer (executed by verbs when posted).
+fn is_local(opcode: u32) -> bool {
+    matches!(opcode, IBV_WR_BIND_MW | IBV_WR_LOCAL_INV)
 }
 
 fn is_atomic(opcode: u32) -> bool {
@@ -38,7 +82,11 @@ fn is_atomic(opcode: u32) -> bool {
 fn one_way(opcode: u32) -> bool {
     matches!(
         opcode,
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+        IBV_WR_SEND
+            | IBV_WR_SEND_WITH_IMM
+            | IBV_WR_SEND_WITH_INV
+            | IBV_WR_RDMA_WRITE
+            | IBV_WR_RDMA_WRITE_WITH_IMM
     )
 }
 
@@ -56,11 +104,21 @@ pub struct SendWr {
     ud: Option<(Arc<Ah>, u32, u32)>,
     /// The data given cannot be posted (a NULL inline buffer, inline data for a READ, …).
     refused: bool,
+    /// `IBV_WR_BIND_MW`: the bind given.
+    bind: Option<BindArgs>,
+}
+
+/// A finished request: what the provider queues, its SGE count, and the local operation
+/// (bind, invalidate) verbs executes when it is admitted.
+pub struct Finished {
+    pub wqe: SendWqe,
+    pub num_sge: usize,
+    pub local: Option<LocalOp>,
 }
 
 impl SendWr {
-    /// Starts a request; `EINVAL` for an operation this provider does not implement (memory
-    /// windows, invalidation, TSO, …).
+    /// Starts a request; `EINVAL` for an operation this provider does not implement (TSO,
+    /// atomic write, …).
     pub fn new(wr_id: u64, send_flags: u32, op: Op) -> Result<SendWr> {
         if !matches!(
             op.opcode,
@@ -71,7 +129,13 @@ impl SendWr {
                 | IBV_WR_RDMA_READ
                 | IBV_WR_ATOMIC_CMP_AND_SWP
                 | IBV_WR_ATOMIC_FETCH_AND_ADD
+                | IBV_WR_BIND_MW
+                | IBV_WR_LOCAL_INV
+                | IBV_WR_SEND_WITH_INV
         ) {
+            return Err(Errno::EINVAL);
+        }
+        if op.opcode == IBV_WR_BIND_MW && op.bind.is_none() {
             return Err(Errno::EINVAL);
         }
         let f = |b: ibv_send_flags| send_flags & b.0 != 0;
@@ -90,12 +154,14 @@ impl SendWr {
                 swap: op.swap,
                 ud: None,
                 seq: 0,
+                local_status: 0,
             },
             num_sge: 0,
             inline_flag: f(ibv_send_flags::IBV_SEND_INLINE),
             has_ud: false,
             ud: None,
             refused: false,
+            bind: op.bind,
         })
     }
 
@@ -177,9 +243,18 @@ impl SendWr {
         if is_atomic(w.opcode) && (self.num_sge != 1 || w.len != 8) {
             return Err(Errno::EINVAL);
         }
-        // UC has no responses: no READ, no atomics (IBA 9.4; rdma-core providers say EINVAL).
-        if qp.qp_type == ibv_qp_type::IBV_QPT_UC && !one_way(w.opcode) {
+        // A bind or local invalidate carries no data (`ibv_wr_set_sge` after one is refused).
+        if is_local(w.opcode) && (self.num_sge != 0 || w.len != 0) {
             return Err(Errno::EINVAL);
+        }
+        // UC has no responses: no READ, no atomics (IBA 9.4; rdma-core providers say EINVAL).
+        if qp.qp_type == ibv_qp_type::IBV_QPT_UC && !one_way(w.opcode) && !is_local(w.opcode) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(b) = &self.bind {
+            if qp.qp_type != ibv_qp_type::IBV_QPT_UD {
+                super::mw::check_bind(&qp.pd, b.mw as *mut ibv_mw, b.rkey, &b.info())?;
+            }
         }
         if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
             if !self.has_ud || self.ud.is_none() {
@@ -192,15 +267,28 @@ impl SendWr {
         Ok(())
     }
 
-    /// The request and its SGE count, for `Qp::post_send`. An RC QP ignores a UD destination,
-    /// as it ignores `wr.ud`.
-    pub fn finish(mut self, qp: &Qp) -> (SendWqe, usize) {
+    /// The request, its SGE count and local operation, for `Qp::post_send` (`EINVAL` for a
+    /// bind whose window or MR went since `check`). An RC QP ignores a UD destination, as it
+    /// ignores `wr.ud`.
+    pub fn finish(mut self, qp: &Qp) -> Result<Finished> {
         if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
             if let Some((ah, qpn, qkey)) = &self.ud {
                 self.wqe.ud = Some(super::ud::resolve(ah, *qpn, *qkey));
             }
         }
-        (self.wqe, self.num_sge)
+        let local = match (self.wqe.opcode, &self.bind) {
+            (IBV_WR_BIND_MW, Some(b)) => Some(LocalOp::Bind(super::mw::check_bind(
+                &qp.pd,
+                b.mw as *mut ibv_mw,
+                b.rkey,
+                &b.info(),
+            )?)),
+            (IBV_WR_LOCAL_INV, _) => {
+                Some(LocalOp::Invalidate { pd: qp.pd.domain(), rkey: self.wqe.rkey })
+            }
+            _ => None,
+        };
+        Ok(Finished { wqe: self.wqe, num_sge: self.num_sge, local })
     }
 }
 
@@ -246,7 +334,7 @@ pub fn sgl_of(s: &[ibv_sge], writes: bool) -> Sgl {
 ///
 /// # Safety
 /// `wr` is a valid work request; its SGE array and, for inline sends, the buffers are readable.
-pub unsafe fn read_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<(SendWqe, usize)> {
+pub unsafe fn read_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<Finished> {
     // SAFETY: for the *_WITH_IMM opcodes the union holds imm_data (read only for them).
     let imm_data = unsafe { wr.imm_data_invalidated_rkey_union.imm_data };
     let op = match wr.opcode {
@@ -269,20 +357,48 @@ pub unsafe fn read_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<(SendWqe, usize)
                 ..Op::new(wr.opcode)
             }
         }
+        IBV_WR_BIND_MW => {
+            // SAFETY: a bind uses the wr.bind_mw member of its union.
+            let b = unsafe { &wr.bind_mw_tso_union.bind_mw };
+            let args = BindArgs::new(b.mw, Some(b.rkey), &b.bind_info);
+            Op { bind: Some(args), ..Op::new(wr.opcode) }
+        }
+        IBV_WR_LOCAL_INV | IBV_WR_SEND_WITH_INV => {
+            // SAFETY: the *_INV opcodes use the union's invalidate_rkey.
+            let rkey = unsafe { wr.imm_data_invalidated_rkey_union.invalidated_rkey };
+            Op { rkey, ..Op::new(wr.opcode) }
+        }
         _ => Op::new(wr.opcode), // refused by SendWr::new
     };
     let mut b = SendWr::new(wr.wr_id, wr.send_flags, op)?;
-    // SAFETY: per the function's contract.
-    let sges = unsafe { sge_slice(wr.sg_list, wr.num_sge) }?;
-    // SAFETY: an inline send's buffers are readable at post time (the verbs contract).
-    unsafe { b.set_sges(sges) }?;
+    // A bind or local invalidate has no data: its scatter/gather list is ignored, as by
+    // rdma-core's providers.
+    if !is_local(wr.opcode) {
+        // SAFETY: per the function's contract.
+        let sges = unsafe { sge_slice(wr.sg_list, wr.num_sge) }?;
+        // SAFETY: an inline send's buffers are readable at post time (the verbs contract).
+        unsafe { b.set_sges(sges) }?;
+    }
     if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
         // SAFETY: a UD QP's work requests use the wr.ud member of the union.
         let u = unsafe { wr.wr.ud };
         b.set_ud_addr(u.ah, u.remote_qpn, u.remote_qkey)?;
     }
     b.check(qp)?;
-    Ok(b.finish(qp))
+    b.finish(qp)
+}
+
+/// `ibv_bind_mw`: a type 1 window's bind through `qp`'s send queue, as a BIND_MW request.
+pub fn bind_type1(qp: &Qp, mw: *mut ibv_mw, bind: &ibv_mw_bind) -> Result<()> {
+    let args = BindArgs::new(mw, None, &bind.bind_info);
+    let b = SendWr::new(
+        bind.wr_id,
+        bind.send_flags,
+        Op { bind: Some(args), ..Op::new(IBV_WR_BIND_MW) },
+    )?;
+    b.check(qp)?;
+    let f = b.finish(qp)?;
+    qp.post_send(f.wqe, f.num_sge, f.local)
 }
 
 #[cfg(test)]
@@ -308,6 +424,7 @@ mod tests {
         let mut r = SendWr::new(1, 0, Op::new(IBV_WR_RDMA_READ)).expect("READ is supported");
         // SAFETY: a is readable for its length.
         assert_eq!(unsafe { r.set_inline(&[(a.as_ptr(), 3)]) }, Err(Errno::EINVAL));
-        assert!(SendWr::new(1, 0, Op::new(IBV_WR_BIND_MW)).is_err());
+        assert!(SendWr::new(1, 0, Op::new(IBV_WR_BIND_MW)).is_err(), "a bind without a window");
+        assert!(SendWr::new(1, 0, Op::new(IBV_WR_TSO)).is_err());
     }
 }

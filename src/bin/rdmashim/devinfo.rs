@@ -100,7 +100,8 @@ fn device_limits(o: &mut String, ax: &ibv_device_attr_ex) {
     line("page_size_cap", 3, format!("0x{:x}", a.page_size_cap));
     line("max_qp", 4, a.max_qp.to_string());
     line("max_qp_wr", 3, a.max_qp_wr.to_string());
-    line("device_cap_flags", 2, format!("0x{:08x}", a.device_cap_flags));
+    let flags = format!("0x{:08x}{}", a.device_cap_flags, cap_flag_names(a.device_cap_flags));
+    line("device_cap_flags", 2, flags);
     line("max_sge", 3, a.max_sge.to_string());
     line("max_sge_rd", 3, a.max_sge_rd.to_string());
     line("max_cq", 4, a.max_cq.to_string());
@@ -236,6 +237,23 @@ fn port_info(o: &mut String, ctx: &Ctx, port: u8) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The names ibv_devinfo prints under `device_cap_flags`, one a line (the flags we advertise).
+fn cap_flag_names(flags: u32) -> String {
+    use ibv_device_cap_flags as f;
+    let known = [
+        (f::IBV_DEVICE_MEM_WINDOW.0, "MEM_WINDOW"),
+        (f::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0, "MEM_WINDOW_TYPE_2B"),
+    ];
+    let mut s = String::new();
+    for (bit, name) in known {
+        if flags & bit != 0 {
+            s.push_str("\n\t\t\t\t\t");
+            s.push_str(name);
+        }
+    }
+    s
 }
 
 fn c_chars(s: &[std::os::raw::c_char]) -> String {

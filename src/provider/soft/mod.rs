@@ -37,6 +37,7 @@ pub mod segcheck;
 pub mod transport;
 mod ud;
 mod ud_net;
+mod wqe;
 
 use crate::errno::Result;
 use crate::provider::{Provider, QpInit, TransportQp};

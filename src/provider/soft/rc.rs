@@ -13,43 +13,13 @@ use super::ring::*;
 use super::segcheck::Open;
 use crate::provider::{
     AccessError, Completion, KeySpace, Payload, QpState, RecvWqe, Region, SendWqe, Sgl,
-    ACCESS_LOCAL_WRITE,
 };
 use crate::runtime::engine::engine;
 use crate::sys::*;
 use std::time::{Duration, Instant};
 
-use ibv_wc_opcode::*;
 use ibv_wc_status::*;
 use ibv_wr_opcode::*;
-
-impl SendWqe {
-    pub fn wc_opcode(&self) -> u32 {
-        match self.opcode {
-            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
-            IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
-            IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
-            IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
-            _ => IBV_WC_SEND,
-        }
-    }
-
-    fn awaits_response(&self) -> bool {
-        matches!(
-            self.opcode,
-            IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
-        )
-    }
-
-    /// Rights the local buffers need: READ and atomics write their result there.
-    pub(super) fn local_access(&self) -> u32 {
-        if self.awaits_response() {
-            ACCESS_LOCAL_WRITE
-        } else {
-            0
-        }
-    }
-}
 
 /// A request written to the ring and not yet completed.
 pub struct Inflight {
@@ -136,6 +106,13 @@ impl SoftQp {
         }
         let ring = link.out;
         while let Some(w) = st.sq.front() {
+            if st.pushed == 0 && w.is_local() {
+                wrote = true;
+                if !self.complete_local(st) {
+                    return wrote; // its error completion failed the QP
+                }
+                continue;
+            }
             if st.pushed == 0 {
                 if let Payload::Sges(sgl) = &w.payload {
                     if self.check_local(sgl, w.local_access()).is_err() {
@@ -160,7 +137,7 @@ impl SoftQp {
                 }
             }
             let op = match w.opcode {
-                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => OP_SEND,
+                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV => OP_SEND,
                 IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => OP_WRITE,
                 IBV_WR_RDMA_READ => OP_READ_REQ,
                 IBV_WR_ATOMIC_CMP_AND_SWP => OP_CMP_SWAP,
@@ -184,12 +161,17 @@ impl SoftQp {
                 if w.imm.is_some() {
                     flags |= SEG_IMM;
                 }
+                let inv = w.opcode == IBV_WR_SEND_WITH_INV;
+                if inv {
+                    flags |= SEG_INV;
+                }
                 let h = SegHdr {
                     msg_len: w.len as u32,
                     seg_len: n as u32,
                     flags,
                     opcode: op,
-                    imm: w.imm.unwrap_or(0),
+                    // SEND with invalidate: the rkey to invalidate rides where an immediate would.
+                    imm: if inv { w.rkey } else { w.imm.unwrap_or(0) },
                     rkey: w.rkey,
                     remote_addr: w.remote_addr.wrapping_add(off),
                     compare_add: w.compare_add,

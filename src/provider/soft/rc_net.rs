@@ -88,6 +88,24 @@ impl SoftQp {
 
     /// Posts a send request on the network path (the QP is not in ERR).
     pub(super) fn post_send_net(&self, st: &mut Inner, w: SendWqe) {
+        if w.is_local() {
+            // Executed by verbs when posted; on this path its completion does not wait for
+            // earlier requests still outstanding (docs/DESIGN-NOTES.md, memory windows).
+            let (wr_id, op, seq, status) = (w.wr_id, w.wc_opcode(), w.seq, w.local_status);
+            if status != IBV_WC_SUCCESS {
+                self.error_completion(st, wr_id, seq, status, op);
+            } else if w.signaled || self.sq_sig_all {
+                self.send_cq.push(crate::provider::Completion {
+                    wr_id,
+                    status,
+                    opcode: op,
+                    qp_num: self.qpn,
+                    sq_seq: seq,
+                    ..Default::default()
+                });
+            }
+            return;
+        }
         if let crate::provider::Payload::Sges(sgl) = &w.payload {
             if self.check_local(sgl, w.local_access()).is_err() {
                 let (wr_id, op, seq) = (w.wr_id, w.wc_opcode(), w.seq);

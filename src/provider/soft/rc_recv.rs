@@ -190,15 +190,26 @@ impl SoftQp {
         if !last {
             return Flow::Next;
         }
-        let Some(InMsg::Recv { wqe, status, .. }) = st.cur_in.take() else { return Flow::Stop };
+        let Some(InMsg::Recv { wqe, mut status, .. }) = st.cur_in.take() else {
+            return Flow::Stop;
+        };
+        // SEND with invalidate: the responder invalidates the window the peer names, if it is
+        // one of ours it may invalidate (checked by the key table, the peer is not trusted).
+        let inv = h.flags & SEG_INV != 0 && !imm;
+        if inv && status == IBV_WC_SUCCESS && self.keys.invalidate(h.imm).is_err() {
+            status = IBV_WC_REM_INV_REQ_ERR;
+        }
         let mut wc = self.recv_wc(st, &wqe, status, IBV_WC_RECV, len, h);
         if imm {
             wc.imm = h.imm;
             wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
+        } else if inv && status == IBV_WC_SUCCESS {
+            wc.imm = h.imm;
+            wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_INV.0;
         }
         self.recv_cq.push(wc);
         if status != IBV_WC_SUCCESS {
-            let remote = if status == IBV_WC_LOC_LEN_ERR {
+            let remote = if status == IBV_WC_LOC_LEN_ERR || status == IBV_WC_REM_INV_REQ_ERR {
                 IBV_WC_REM_INV_REQ_ERR
             } else {
                 IBV_WC_REM_OP_ERR

@@ -16,6 +16,8 @@ pub const SEG_FIRST: u32 = 1;
 pub const SEG_LAST: u32 = 2;
 /// The message carries immediate data.
 pub const SEG_IMM: u32 = 4;
+/// A SEND with invalidate: `imm` holds the rkey the responder invalidates.
+pub const SEG_INV: u32 = 8;
 
 /// Transport opcodes of a segment.
 pub const OP_SEND: u32 = 0;

@@ -9,11 +9,11 @@
 
 use super::ring::{
     SegHdr, OP_ATOMIC_RESP, OP_CMP_SWAP, OP_FETCH_ADD, OP_NAK, OP_READ_REQ, OP_READ_RESP, OP_SEND,
-    OP_WRITE, SEG_DATA, SEG_FIRST, SEG_IMM, SEG_LAST,
+    OP_WRITE, SEG_DATA, SEG_FIRST, SEG_IMM, SEG_INV, SEG_LAST,
 };
 use crate::sys::ibv_wc_status::{IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR};
 
-const KNOWN_FLAGS: u32 = SEG_FIRST | SEG_LAST | SEG_IMM;
+const KNOWN_FLAGS: u32 = SEG_FIRST | SEG_LAST | SEG_IMM | SEG_INV;
 const WHOLE: u32 = SEG_FIRST | SEG_LAST;
 /// Payload of an atomic response: the original value.
 const ATOMIC_LEN: u32 = 8;
@@ -154,6 +154,10 @@ fn span(h: &SegHdr, len: u32, got: u32) -> Result<(u32, bool), Violation> {
 fn data(open: Option<Open>, h: &SegHdr) -> Result<Step, Violation> {
     let first = h.flags & SEG_FIRST != 0;
     let imm = h.flags & SEG_IMM != 0;
+    // Invalidate rides on a SEND only, never with immediate data.
+    if h.flags & SEG_INV != 0 && (h.opcode != OP_SEND || imm) {
+        return Err(Violation::Flags);
+    }
     let (len, got) = match open {
         None if first => (h.msg_len, 0),
         None => return Err(Violation::Sequence),

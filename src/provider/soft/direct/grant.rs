@@ -220,6 +220,7 @@ mod tests {
             swap: 0,
             ud: None,
             seq: 0,
+            local_status: 0,
         }
     }
 

@@ -182,6 +182,7 @@ impl NetRc {
         let op = match w.opcode {
             IBV_WR_SEND => t::WrOp::Send,
             IBV_WR_SEND_WITH_IMM => t::WrOp::SendImm(w.imm.unwrap_or(0)),
+            IBV_WR_SEND_WITH_INV => t::WrOp::SendInv(w.rkey),
             IBV_WR_RDMA_WRITE => t::WrOp::Write,
             IBV_WR_RDMA_WRITE_WITH_IMM => t::WrOp::WriteImm(w.imm.unwrap_or(0)),
             IBV_WR_RDMA_READ => t::WrOp::Read,
@@ -545,8 +546,8 @@ impl t::Memory for Mem<'_> {
         })
     }
 
-    fn invalidate(&mut self, _rkey: u32) -> Result<(), t::MemError> {
-        Err(t::MemError::Access) // memory windows are not supported: nothing to invalidate
+    fn invalidate(&mut self, rkey: u32) -> Result<(), t::MemError> {
+        self.keys.invalidate(rkey).map_err(|_| t::MemError::Access)
     }
 }
 
@@ -608,6 +609,9 @@ impl t::Sink for Out<'_> {
             if let Some(imm) = c.imm {
                 wc.imm = imm;
                 wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_IMM.0;
+            } else if let Some(rkey) = c.invalidated {
+                wc.imm = rkey; // ibv_wc.invalidated_rkey shares the union with imm_data
+                wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_INV.0;
             }
             drop(book);
             self.ctx.recv_cq.push(wc);
