@@ -535,7 +535,7 @@ impl MemoryKeys for Pd {
     }
 
     fn invalidate(&self, rkey: u32) -> std::result::Result<(), AccessError> {
-        super::mw::invalidate(self, rkey, true)
+        super::mw::invalidate(self, rkey)
     }
 }
 

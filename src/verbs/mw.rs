@@ -159,7 +159,7 @@ impl LocalOp {
     pub fn execute(&self) -> u32 {
         match self {
             LocalOp::Bind(b) => b.execute(),
-            LocalOp::Invalidate { pd, rkey } => match invalidate(pd, *rkey, false) {
+            LocalOp::Invalidate { pd, rkey } => match invalidate(pd, *rkey) {
                 Ok(()) => IBV_WC_SUCCESS,
                 Err(_) => IBV_WC_MW_BIND_ERR,
             },
@@ -249,10 +249,9 @@ impl Bind {
     }
 }
 
-/// Invalidates `rkey` if it is the key of a bound type 2 window of `pd` (`remote`: named by a
-/// peer's SEND with invalidate); the window keeps its key, unbound.
-pub fn invalidate(pd: &Pd, rkey: u32, remote: bool) -> std::result::Result<(), AccessError> {
-    let _ = remote;
+/// Invalidates `rkey` if it is the key of a bound type 2 window of `pd` (a local invalidate,
+/// or a peer's SEND with invalidate); the window keeps its key, unbound.
+pub fn invalidate(pd: &Pd, rkey: u32) -> std::result::Result<(), AccessError> {
     // The window, found without its lock held (its lock comes before the table's).
     let weak: Option<Weak<Mw>> = KEYS
         .get()
