@@ -163,6 +163,15 @@ impl Dgram {
     pub fn poll_state(&self, events: i16) -> (i16, Vec<i32>) {
         let mut st = lock(&self.st);
         self.drain_events(&mut st);
+        // Armed before the CQ is polled: a completion that came between the poll and a later
+        // arming would raise no event, and rpoll would sleep past the datagram.
+        if let Some(q) = st.qp.as_mut() {
+            if !q.armed {
+                // SAFETY: our CQ.
+                unsafe { capi::ibv_req_notify_cq(q.cq, 0) };
+                q.armed = true;
+            }
+        }
         self.service_udp(&mut st);
         Self::poll_cq(&mut st);
         let mut r = 0;
@@ -173,12 +182,7 @@ impl Dgram {
             r |= libc::POLLOUT;
         }
         let mut fds = vec![self.fd];
-        if let Some(q) = st.qp.as_mut() {
-            if !q.armed {
-                // SAFETY: our CQ.
-                unsafe { capi::ibv_req_notify_cq(q.cq, 0) };
-                q.armed = true;
-            }
+        if let Some(q) = st.qp.as_ref() {
             // SAFETY: our completion channel.
             fds.push(unsafe { (*q.comp).fd });
         }
