@@ -31,6 +31,18 @@ GROUP = "239.1.1.1"
 GROUP6 = "ff0e::239:1:1:1"  # global scope: routed between the namespaces' veths
 
 
+def finish(p, who):
+    """`p`'s output once it ended (killed if it hangs past TIMEOUT), printed under `who`."""
+    try:
+        text, _ = p.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        text, _ = p.communicate()
+        print(f"mcast3: {who} hung (killed)")
+    print(f"--- {who}: exit {p.returncode} ---\n{text}")
+    return text
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default="build")
@@ -78,13 +90,7 @@ def main():
             print(f"--- sender in {b.ns}: exit {sender.returncode} ---\n{sender.stdout}")
             ok = sender.returncode == 0
             for ns, p in receivers.items():
-                try:
-                    text, _ = p.communicate(timeout=TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    text, _ = p.communicate()
-                    print(f"mcast3: receiver in {ns} hung (killed)")
-                print(f"--- receiver in {ns}: exit {p.returncode} ---\n{text}")
+                text = finish(p, f"receiver in {ns}")
                 ok = ok and p.returncode == 0 and "data transfers complete" in text
             for h in (a, c):
                 if h.ns not in listeners:
@@ -94,13 +100,7 @@ def main():
                 print(f"--- udaddy -s {addr(h)} from {b.ns}: exit {client.returncode} ---\n"
                       f"{client.stdout}")
                 p = listeners[h.ns]
-                try:
-                    text, _ = p.communicate(timeout=TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    text, _ = p.communicate()
-                    print(f"mcast3: listener in {h.ns} hung (killed)")
-                print(f"--- udaddy listener in {h.ns}: exit {p.returncode} ---\n{text}")
+                finish(p, f"udaddy listener in {h.ns}")
                 ok = ok and client.returncode == 0 and p.returncode == 0
     except fixture.Skip as e:
         print(f"mcast3: SKIP: {e}")
