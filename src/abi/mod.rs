@@ -18,6 +18,7 @@ pub mod rsocket;
 pub mod verbs;
 pub mod verbs_dm;
 pub mod verbs_ex;
+pub mod verbs_util;
 
 /// Registers this layer's ops tables with verbs, which fills every context with them. Idempotent;
 /// every entry that can create a context calls it, and a constructor calls it at load time.

@@ -16,6 +16,7 @@ pub mod faults;
 mod io;
 pub mod mcast;
 pub mod rc;
+mod rc_mem;
 pub mod recv;
 pub mod route;
 pub mod trace;

@@ -1,9 +1,11 @@
-//! The network path's memory adapter: every local piece and remote range is checked against the
-//! MR table (and remote ones against the QP's access flags) before a byte moves.
+//! The network path's memory adapter (`rc_mem.rs`): every local piece and remote range is
+//! checked against the MR table (and remote ones against the QP's access flags) before a byte
+//! moves.
 
 use super::*;
 use crate::provider::soft::transport::Memory as _;
-use crate::provider::{AccessError, Checked, KeySpace, Sge};
+use crate::provider::{AccessError, Checked, Sge, Sgl};
+use std::sync::Arc;
 
 /// One registered region: `[base, base+len)` with key `key` and rights `rights`.
 struct Keys {
