@@ -48,25 +48,13 @@ impl UdHdr {
 
 pub const HDR_LEN: usize = std::mem::size_of::<UdHdr>();
 
-/// Sends one datagram to `dst_qpn`. A receiver that is gone drops it, as an unreliable datagram
-/// service may. A receiver whose socket queue is full (unix datagram queues hold only
-/// `net.unix.max_dgram_qlen` messages, 10 by default, until its progress thread drains them) gets
-/// up to 200 ms to catch up before the datagram is dropped, so a burst is not lost on a busy host.
-pub fn send(sock: RawFd, dst_qpn: u32, hdr: &UdHdr, payload: &[u8]) {
-    let name = qp_name(dst_qpn);
-    let limit = std::time::Duration::from_millis(200);
-    let mut wait = std::time::Duration::from_micros(20);
-    let mut waited = std::time::Duration::ZERO;
-    loop {
-        match unix::send_dgram(sock, &name, &[hdr.as_bytes(), payload]) {
-            Err(e) if e == crate::Errno::EAGAIN && waited < limit => {
-                std::thread::sleep(wait);
-                waited += wait;
-                wait = (wait * 2).min(std::time::Duration::from_millis(5));
-            }
-            _ => return,
-        }
-    }
+/// Offers one datagram (header and payload, in `parts`) to `dst_qpn`'s socket without waiting.
+/// False when the receiver's queue is full (unix datagram queues hold only
+/// `net.unix.max_dgram_qlen` messages until its progress thread drains them): the caller holds
+/// it and tries again (`ud_backlog`). A receiver that is gone drops it, as an unreliable
+/// datagram service may: that counts as taken.
+pub fn offer(sock: RawFd, dst_qpn: u32, parts: &[&[u8]]) -> bool {
+    unix::send_dgram(sock, &qp_name(dst_qpn), parts) != Err(crate::Errno::EAGAIN)
 }
 
 fn group_prefix(mgid: &[u8; 16]) -> String {

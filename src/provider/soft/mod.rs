@@ -36,6 +36,7 @@ pub mod roce;
 pub mod segcheck;
 pub mod transport;
 mod ud;
+mod ud_backlog;
 mod ud_net;
 mod wqe;
 

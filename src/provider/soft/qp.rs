@@ -50,6 +50,8 @@ pub struct Inner {
     pub(super) net: Option<Box<NetRc>>,
     /// UD: destination GIDs known to be behind the network (`true`) or ours.
     pub(super) ud_remote: Vec<([u8; 16], bool)>,
+    /// UD: sends waiting for room at a full destination on this host.
+    pub(super) ud_backlog: super::ud_backlog::Backlog,
 }
 
 pub struct SoftQp {
@@ -75,7 +77,7 @@ pub struct SoftQp {
     /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
     block_self_mcast: AtomicBool,
     st: Mutex<Inner>,
-    me: Weak<SoftQp>,
+    pub(super) me: Weak<SoftQp>,
 }
 
 /// QPN → QP, for handshakes arriving at a QP's socket.
@@ -128,6 +130,7 @@ impl SoftQp {
                 mcast: Vec::new(),
                 net: None,
                 ud_remote: Vec::new(),
+                ud_backlog: Default::default(),
             }),
             me: me.clone(),
         });
@@ -240,7 +243,7 @@ impl SoftQp {
         self.progress_now();
     }
 
-    fn flush(&self, cq: &dyn CompletionSink, wr_id: u64, opcode: u32, sq_seq: u64) {
+    pub(super) fn flush(&self, cq: &dyn CompletionSink, wr_id: u64, opcode: u32, sq_seq: u64) {
         cq.push(Completion {
             wr_id,
             status: IBV_WC_WR_FLUSH_ERR,
@@ -265,6 +268,7 @@ impl SoftQp {
         for w in st.sq.drain(..) {
             self.flush(&*self.send_cq, w.wr_id, w.wc_opcode(), w.seq);
         }
+        self.flush_ud_backlog(st);
         st.pushed = 0;
         st.responses.clear();
         if let Some(InMsg::Recv { wqe, .. }) = st.cur_in.take() {
@@ -305,6 +309,7 @@ impl SoftQp {
     /// Empties every queue without completions (the move to RESET).
     fn reset(&self, st: &mut Inner) {
         st.sq.clear();
+        st.ud_backlog.take_all();
         st.inflight.clear();
         st.rq.clear();
         st.cur_in = None;
@@ -453,6 +458,7 @@ impl TransportQp for SoftQp {
         st.net = None;
         st.pending_hello = None;
         st.mcast.clear();
+        st.ud_backlog.take_all();
     }
 }
 

@@ -5,12 +5,15 @@
 use super::datagram::{self, UdHdr, HDR_LEN, MCAST_QPN, UD_IMM, UD_MTU, UD_SOLICITED};
 use super::qp::{Inner, SoftQp};
 use super::rc::copy_in;
+use super::ud_backlog::{Held, GRACE};
 use crate::errno::{Errno, Result};
 use crate::provider::{Completion, Payload, QpState, SendWqe, ACCESS_LOCAL_WRITE, GRH_LEN};
 use crate::runtime::access;
+use crate::runtime::engine::engine;
 use crate::runtime::unix::{self, Pod};
 use crate::sys::*;
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 /// Datagrams taken per readiness event of a UD QP's socket.
 const MAX_BATCH: usize = 64;
@@ -40,7 +43,8 @@ impl SoftQp {
         Ok(())
     }
 
-    /// Sends one UD request at once (UD has no acknowledgements: it completes when sent).
+    /// Sends one UD request (UD has no acknowledgements: it completes when sent, or when a full
+    /// destination's grace runs out: `ud_backlog`).
     pub(super) fn post_send_ud(&self, st: &mut Inner, w: SendWqe) -> Result<()> {
         Self::check_ud(&w)?;
         let ud = w.ud.as_ref().ok_or(Errno::EINVAL)?;
@@ -80,39 +84,105 @@ impl SoftQp {
         if w.solicited {
             h.flags |= UD_SOLICITED;
         }
+        let payload = &buf[..n];
+        // Destinations on this host: the QPN, or the group's members here.
+        let members;
+        let local: &[u32] = if ud.remote_qpn == MCAST_QPN {
+            members = datagram::members(&dgid);
+            &members
+        } else if self.is_remote(st, &dgid) {
+            self.send_ud_net(&h, sgid, dgid, payload);
+            &[]
+        } else {
+            std::slice::from_ref(&ud.remote_qpn)
+        };
+        let skip_self = ud.remote_qpn == MCAST_QPN && self.block_self_mcast();
+        let local = local.iter().copied().filter(|&m| !(skip_self && m == self.qpn));
+        // Behind a held request everything waits its turn (completions keep send-queue order);
+        // otherwise each destination is offered the datagram now, and the full ones are held.
         let sock = self.socket().as_raw_fd();
-        if ud.remote_qpn != MCAST_QPN && self.is_remote(st, &dgid) {
-            self.send_ud_net(&h, sgid, dgid, &buf[..n]);
-        } else if ud.remote_qpn == MCAST_QPN {
-            for member in datagram::members(&dgid) {
-                if member == self.qpn && self.block_self_mcast() {
-                    continue;
-                }
-                datagram::send(sock, member, &h, &buf[..n]);
-            }
+        let full: Vec<u32> = if st.ud_backlog.is_empty() {
+            local.filter(|&m| !datagram::offer(sock, m, &[h.as_bytes(), payload])).collect()
+        } else {
+            local.collect()
+        };
+        if ud.remote_qpn == MCAST_QPN {
             // Members in other namespaces: one RoCEv2 datagram to the IP group.
             let from = crate::provider::soft::net::route::ip_of_gid(&sgid);
             if super::net::mcast::group_of(&dgid).is_some()
                 && !from.is_loopback()
                 && !from.is_unspecified()
             {
-                self.send_ud_net(&h, sgid, dgid, &buf[..n]);
+                self.send_ud_net(&h, sgid, dgid, payload);
             }
-        } else {
-            datagram::send(sock, ud.remote_qpn, &h, &buf[..n]);
         }
-        if w.signaled || self.sq_sig_all {
-            self.send_cq.push(Completion {
-                wr_id: w.wr_id,
-                status: IBV_WC_SUCCESS,
-                opcode: IBV_WC_SEND,
-                byte_len: n as u32,
-                qp_num: self.qpn,
-                sq_seq: w.seq,
-                ..Completion::default()
-            });
+        let signaled = w.signaled || self.sq_sig_all;
+        if full.is_empty() && st.ud_backlog.is_empty() {
+            if signaled {
+                self.send_cq.push(sent(w.wr_id, w.seq, n as u32, self.qpn));
+            }
+            return Ok(());
         }
+        let mut bytes = Vec::with_capacity(HDR_LEN + n);
+        bytes.extend_from_slice(h.as_bytes());
+        bytes.extend_from_slice(payload);
+        st.ud_backlog.hold(Held {
+            wr_id: w.wr_id,
+            seq: w.seq,
+            signaled,
+            byte_len: n as u32,
+            dsts: full,
+            bytes,
+            deadline: Instant::now() + GRACE,
+        });
+        self.arm_ud_retry(st, Duration::ZERO);
         Ok(())
+    }
+
+    /// Schedules a retry of the held datagrams on the progress thread, unless one is scheduled.
+    fn arm_ud_retry(&self, st: &mut Inner, after: Duration) {
+        if st.ud_backlog.armed {
+            return;
+        }
+        let Ok(e) = engine() else { return };
+        st.ud_backlog.armed = true;
+        let me = self.me.clone();
+        e.after(
+            after,
+            Box::new(move || {
+                if let Some(qp) = me.upgrade() {
+                    qp.retry_ud_backlog();
+                }
+            }),
+        );
+    }
+
+    /// The progress thread's retry: held datagrams that find room go, those past their grace
+    /// are dropped, and either way their requests complete in order.
+    fn retry_ud_backlog(&self) {
+        let mut st = self.lock_state();
+        st.ud_backlog.armed = false;
+        let sock = self.socket().as_raw_fd();
+        let (cq, qpn) = (&self.send_cq, self.qpn);
+        let next = st.ud_backlog.retry(
+            Instant::now(),
+            |d, bytes| datagram::offer(sock, d, &[bytes]),
+            |h| {
+                if h.signaled {
+                    cq.push(sent(h.wr_id, h.seq, h.byte_len, qpn));
+                }
+            },
+        );
+        if let Some(after) = next {
+            self.arm_ud_retry(&mut st, after);
+        }
+    }
+
+    /// The move to ERR: held requests complete with `IBV_WC_WR_FLUSH_ERR`, in order.
+    pub(super) fn flush_ud_backlog(&self, st: &mut Inner) {
+        for h in st.ud_backlog.take_all() {
+            self.flush(&*self.send_cq, h.wr_id, IBV_WC_SEND, h.seq);
+        }
     }
 
     /// Takes the datagrams waiting at our socket and delivers them into posted receives.
@@ -182,6 +252,19 @@ impl SoftQp {
         drop(st);
         self.recv_cq.push(wc);
         true
+    }
+}
+
+/// The successful completion of a UD send.
+fn sent(wr_id: u64, sq_seq: u64, byte_len: u32, qp_num: u32) -> Completion {
+    Completion {
+        wr_id,
+        status: IBV_WC_SUCCESS,
+        opcode: IBV_WC_SEND,
+        byte_len,
+        qp_num,
+        sq_seq,
+        ..Completion::default()
     }
 }
 
