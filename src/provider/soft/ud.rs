@@ -5,7 +5,7 @@
 use super::datagram::{self, UdHdr, HDR_LEN, MCAST_QPN, UD_IMM, UD_MTU, UD_SOLICITED};
 use super::qp::{Inner, SoftQp};
 use super::rc::copy_in;
-use super::ud_backlog::{Held, GRACE};
+use super::ud_backlog::{Held, DROPPED_FULL, GRACE};
 use crate::errno::{Errno, Result};
 use crate::provider::{Completion, Payload, QpState, SendWqe, ACCESS_LOCAL_WRITE, GRH_LEN};
 use crate::runtime::access;
@@ -13,6 +13,7 @@ use crate::runtime::engine::engine;
 use crate::runtime::unix::{self, Pod};
 use crate::sys::*;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Datagrams taken per readiness event of a UD QP's socket.
@@ -168,6 +169,13 @@ impl SoftQp {
             Instant::now(),
             |d, bytes| datagram::offer(sock, d, &[bytes]),
             |h| {
+                for d in &h.dsts {
+                    crate::trace::note(format_args!(
+                        "ud: qpn {qpn:#x}: datagram to qpn {d:#x} dropped (its queue stayed full \
+                         for {GRACE:?}; {} dropped so far)",
+                        DROPPED_FULL.load(Ordering::Relaxed)
+                    ));
+                }
                 if h.signaled {
                     cq.push(sent(h.wr_id, h.seq, h.byte_len, qpn));
                 }
