@@ -46,7 +46,24 @@ pub fn fill_context_ops(v: &mut verbs_context) {
     v.dealloc_td = Some(dealloc_td);
     v.alloc_parent_domain = Some(alloc_parent_domain);
     v.alloc_null_mr = Some(alloc_null_mr);
+    v.advise_mr = Some(advise_mr);
     crate::abi::verbs_dm::fill_dm_ops(v);
+}
+
+unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: ibv_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    crate::entry_body!("ibv_advise_mr"(pd, advice, flags, sg_list, num_sge) -> PositiveErrno {
+        let pd = objects().pds.get(pd)?;
+        let n = i32::try_from(num_sge).map_err(|_| Errno::EINVAL)?;
+        // SAFETY: sg_list holds num_sge entries, per the man page.
+        let sgl = unsafe { crate::verbs::send_wr::read_sgl(sg_list, n) }?;
+        crate::verbs::pages::advise(&pd, advice, flags, sgl.as_slice())
+    })
 }
 
 unsafe extern "C" fn alloc_null_mr(pd: *mut ibv_pd) -> *mut ibv_mr {

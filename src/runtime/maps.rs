@@ -143,6 +143,16 @@ pub fn private_anon(start: usize, end: usize) -> bool {
     with_areas(|areas| covered(areas, start, end, is_private_anon)).unwrap_or(false)
 }
 
+/// Whether every byte of `[start, end)` is mapped readable (and writable, if `write`): what the
+/// kernel's pinning of a registration demands. `None` if the map cannot be read.
+pub fn permits(start: usize, end: usize, write: bool) -> Option<bool> {
+    with_areas(|areas| covered(areas, start, end, |a| permits_area(a, write)))
+}
+
+fn permits_area(a: &Area, write: bool) -> bool {
+    a.perms[0] == b'r' && (!write || a.perms[1] == b'w')
+}
+
 /// If `[start, end)` is still a shared mapping of the file with inode `inode` from offset 0
 /// on: its protection (`PROT_*`), for the memory that replaces it.
 /// Reads the map without allocating (see `with_areas`).
@@ -216,6 +226,15 @@ mod tests {
         assert!(!ours(0x7f00_0000_4000, 0x7f00_0000_a000, 4243));
         assert!(!ours(0x7f00_0000_5000, 0x7f00_0000_a000, 4242)); // offsets do not line up
         assert!(!ours(0x7f00_0000_4000, 0x7f00_0000_c000, 4242)); // runs into libc
+    }
+
+    #[test]
+    fn read_only_and_unmapped_ranges_do_not_permit_writes() {
+        let ok = |s, e, w| covered(areas(), s, e, |a| permits_area(a, w));
+        assert!(ok(0x7f00_0000_0000, 0x7f00_0000_c000, false)); // anon, memfd, libc: readable
+        assert!(!ok(0x7f00_0000_0000, 0x7f00_0000_c000, true)); // libc's pages are read-only
+        assert!(ok(0x7f00_0000_0000, 0x7f00_0000_a000, true));
+        assert!(!ok(0x7f00_0000_b000, 0x7f00_0000_d000, false)); // past libc: a gap
     }
 
     #[test]

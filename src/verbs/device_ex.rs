@@ -8,8 +8,8 @@ use crate::errno::{Errno, Result};
 use crate::sys::*;
 
 /// `ibv_query_device_ex` answers: the legacy attributes plus completion timestamps (see
-/// `cq_ex`), CQ moderation (`cq_mod`) and device memory (`dm`). No ODP, TSO, RSS, packet
-/// pacing or tag matching.
+/// `cq_ex`), CQ moderation (`cq_mod`), device memory (`dm`) and on-demand paging (`pages`). No
+/// TSO, RSS, packet pacing or tag matching.
 pub fn device_attr_ex() -> ibv_device_attr_ex {
     // SAFETY: all-zero is a valid ibv_device_attr_ex.
     let mut a: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
@@ -22,6 +22,7 @@ pub fn device_attr_ex() -> ibv_device_attr_ex {
     a.device_cap_flags_ex = a.orig_attr.device_cap_flags as u64;
     a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt as u32;
     a.max_dm_size = super::dm::MAX_DM_SIZE as u64;
+    a.odp_caps = super::pages::odp_caps();
     a
 }
 

@@ -13,6 +13,7 @@ pub mod dm;
 pub mod ece;
 pub mod mr;
 pub mod mw;
+pub mod pages;
 pub mod pd;
 pub mod ptr_list;
 pub mod qp;

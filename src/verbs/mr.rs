@@ -103,11 +103,10 @@ pub(super) static KEYS: PerProcess<RwLock<FxHashMap<u32, Arc<Reg>>>> =
 /// no translation (one relaxed load on the data path).
 static TRANSLATED: AtomicUsize = AtomicUsize::new(0);
 
+use super::pages::{self, ACCESS_ON_DEMAND};
 pub use crate::provider::{
     AccessError, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
-/// IBV_ACCESS_ON_DEMAND: pages are not pinned, so nothing is prepared for peers.
-const ACCESS_ON_DEMAND: u32 = ibv_access_flags::IBV_ACCESS_ON_DEMAND.0;
 /// IBV_ACCESS_ZERO_BASED: the keys address the region from 0.
 const ACCESS_ZERO_BASED: u32 = ibv_access_flags::IBV_ACCESS_ZERO_BASED.0;
 /// Every access flag libibverbs 44 defines (up to IBV_ACCESS_RELAXED_ORDERING).
@@ -154,13 +153,14 @@ impl Reg {
     ) -> Result<Reg> {
         let access = checked_access(access)?;
         let iova = if access & ACCESS_ZERO_BASED != 0 { 0 } else { iova };
-        if addr.is_null() && len != 0 {
+        let implicit = pages::is_implicit(addr as usize, len, access);
+        if addr.is_null() && len != 0 && !implicit {
             return Err(Errno::EINVAL);
         }
         if (addr as usize).checked_add(len).is_none() || iova.checked_add(len as u64).is_none() {
             return Err(Errno::EINVAL);
         }
-        if len > 0 && !is_mapped(addr as usize, len) {
+        if len > 0 && !implicit && !pages::accessible(addr as usize, len, pages::writes(access)) {
             return Err(Errno::EFAULT); // as pinning fails in the kernel
         }
         let remote = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
@@ -450,17 +450,6 @@ impl Mr {
     }
 }
 
-/// Whether `[addr, addr+len)` is mapped in this process: `msync(MS_ASYNC)` fails with ENOMEM on
-/// unmapped pages and otherwise does nothing.
-fn is_mapped(addr: usize, len: usize) -> bool {
-    // SAFETY: sysconf is always safe to call.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let start = addr & !(page - 1);
-    let end = (addr + len).div_ceil(page) * page;
-    // SAFETY: msync with MS_ASYNC only inspects the mappings of the range.
-    unsafe { libc::msync(start as *mut libc::c_void, end - start, libc::MS_ASYNC) == 0 }
-}
-
 /// Checks that `[addr, addr+len)` (in `space`) lies in the region `key` of `pd` with rights
 /// `need`, and returns the region (kept alive while the caller copies) with the local address.
 pub fn lookup(
@@ -488,6 +477,13 @@ pub fn lookup(
     let local = reg.local(addr, len, space).ok_or(AccessError::Protection)?;
     if reg.access & need != need {
         return Err(AccessError::Access);
+    }
+    // On-demand paging pins nothing: the pages are checked at each access, as a fault would.
+    if reg.access & pages::ACCESS_ON_DEMAND != 0
+        && len > 0
+        && !pages::accessible(local as usize, len, pages::writes(need))
+    {
+        return Err(AccessError::Protection);
     }
     Ok((reg, local))
 }

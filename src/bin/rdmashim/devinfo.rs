@@ -137,14 +137,39 @@ fn device_limits(o: &mut String, ax: &ibv_device_attr_ex) {
     extended(o, ax);
 }
 
-/// The extended attributes, in ibv_devinfo's order. Our devices set no ODP, TSO, RSS, pacing or
-/// tag-matching capability; a set one is shown by its raw value.
+/// Writes one capability word as ibv_devinfo does: a line per known bit, in `names`' order,
+/// then the bits left over.
+fn flag_lines(o: &mut String, caps: u64, names: &[(u64, &str)]) {
+    for (bit, name) in names {
+        if caps & bit != 0 {
+            let _ = writeln!(o, "\t\t\t\t\t{name}");
+        }
+    }
+    let unknown = names.iter().fold(caps, |c, (bit, _)| c & !bit);
+    if unknown != 0 {
+        let _ = writeln!(o, "\t\t\t\t\tUnknown flags: 0x{unknown:X}");
+    }
+}
+
+/// The extended attributes, in ibv_devinfo's order. Our devices set no TSO, RSS, pacing or
+/// tag-matching capability.
 fn extended(o: &mut String, ax: &ibv_device_attr_ex) {
     let odp = &ax.odp_caps;
     o.push_str("\tgeneral_odp_caps:\n");
-    if odp.general_caps != 0 {
-        let _ = writeln!(o, "\t\t\t\t\t0x{:x}", odp.general_caps);
-    }
+    let general = [
+        (ibv_odp_general_caps::IBV_ODP_SUPPORT.0 as u64, "ODP_SUPPORT"),
+        (ibv_odp_general_caps::IBV_ODP_SUPPORT_IMPLICIT.0 as u64, "ODP_SUPPORT_IMPLICIT"),
+    ];
+    flag_lines(o, odp.general_caps, &general);
+    type Bits = ibv_odp_transport_cap_bits;
+    let transport = [
+        (Bits::IBV_ODP_SUPPORT_SEND.0 as u64, "SUPPORT_SEND"),
+        (Bits::IBV_ODP_SUPPORT_RECV.0 as u64, "SUPPORT_RECV"),
+        (Bits::IBV_ODP_SUPPORT_WRITE.0 as u64, "SUPPORT_WRITE"),
+        (Bits::IBV_ODP_SUPPORT_READ.0 as u64, "SUPPORT_READ"),
+        (Bits::IBV_ODP_SUPPORT_ATOMIC.0 as u64, "SUPPORT_ATOMIC"),
+        (Bits::IBV_ODP_SUPPORT_SRQ_RECV.0 as u64, "SUPPORT_SRQ"),
+    ];
     let t = &odp.per_transport_caps;
     for (name, caps) in [
         ("rc_odp_caps", t.rc_odp_caps),
@@ -156,7 +181,7 @@ fn extended(o: &mut String, ax: &ibv_device_attr_ex) {
         if caps == 0 {
             o.push_str("\t\t\t\t\tNO SUPPORT\n");
         } else {
-            let _ = writeln!(o, "\t\t\t\t\t0x{caps:x}");
+            flag_lines(o, caps as u64, &transport);
         }
     }
     if ax.completion_timestamp_mask != 0 {
