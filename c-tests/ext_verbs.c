@@ -227,9 +227,11 @@ static void check_device(struct ibv_context *ctx)
 	      "orig_attr differs from ibv_query_device");
 	CHECK(ax.comp_mask == 0 && ax.completion_timestamp_mask != 0 && ax.hca_core_clock != 0,
 	      "completion timestamps not advertised");
-	/* Device memory is offered (ibv_alloc_dm), ODP is not. */
-	CHECK(ax.odp_caps.general_caps == 0 && ax.max_dm_size != 0 && ax.phys_port_cnt_ex == 1,
-	      "extended attributes: no ODP, device memory, one port");
+	/* Device memory (ibv_alloc_dm) and ODP, explicit and implicit, are offered (odp_verbs). */
+	CHECK((ax.odp_caps.general_caps & (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT)) ==
+			      (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT) &&
+		      ax.max_dm_size != 0 && ax.phys_port_cnt_ex == 1,
+	      "extended attributes: ODP, device memory, one port");
 	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
 	CHECK(ibv_query_device_ex(ctx, &in, &ax) == EINVAL, "input comp_mask accepted");
 
