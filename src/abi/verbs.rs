@@ -12,6 +12,7 @@ use crate::sys::*;
 use crate::verbs::ah::Ah;
 use crate::verbs::cq::{CompChannel, Cq};
 use crate::verbs::device::{self, Context};
+use crate::verbs::import;
 use crate::verbs::mr::Mr;
 use crate::verbs::mw::Mw;
 use crate::verbs::objects;
@@ -115,6 +116,38 @@ entry! {
 
     fn ibv_close_device(context: *mut ibv_context) -> MinusOne {
         objects().contexts.remove(context).ok_or(Errno::EINVAL).map(|_| ())
+    }
+
+    fn ibv_import_device(cmd_fd: c_int) -> NullOr<ibv_context> {
+        crate::abi::init();
+        import::import_device(cmd_fd)
+    }
+
+    fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> NullOr<ibv_pd> {
+        import::import_pd(ctx(context)?, handle)
+    }
+
+    fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> NullOr<ibv_mr> {
+        import::import_mr(objects().pds.get(pd)?, handle)
+    }
+
+    fn ibv_import_dm(context: *mut ibv_context, handle: u32) -> NullOr<ibv_dm> {
+        import::import_dm(ctx(context)?, handle)
+    }
+
+    fn ibv_unimport_pd(pd: *mut ibv_pd) -> Nothing {
+        import::unimport_pd(pd);
+        Ok(())
+    }
+
+    fn ibv_unimport_mr(mr: *mut ibv_mr) -> Nothing {
+        import::unimport_mr(mr);
+        Ok(())
+    }
+
+    fn ibv_unimport_dm(dm: *mut ibv_dm) -> Nothing {
+        import::unimport_dm(dm);
+        Ok(())
     }
 
     fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> PositiveErrno {

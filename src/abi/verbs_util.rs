@@ -188,13 +188,6 @@ entry! {
 unimplemented_entry! { Errno::EOPNOTSUPP =>
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> NullOr<ibv_mr>;
     fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> PositiveErrno;
-    fn ibv_import_device(cmd_fd: c_int) -> NullOr<ibv_context>;
-    fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> NullOr<ibv_pd>;
-    fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> NullOr<ibv_mr>;
-    fn ibv_import_dm(context: *mut ibv_context, handle: u32) -> NullOr<ibv_dm>;
-    fn ibv_unimport_pd(pd: *mut ibv_pd) -> Nothing;
-    fn ibv_unimport_mr(mr: *mut ibv_mr) -> Nothing;
-    fn ibv_unimport_dm(dm: *mut ibv_dm) -> Nothing;
 }
 
 // Kernel-ABI conversion helpers of the uverbs command interface, which the soft provider does not

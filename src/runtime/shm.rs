@@ -11,6 +11,28 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 /// The seals we put on our own segments.
 const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
+/// An empty memfd named `name`, sealed empty: a descriptor whose file is ours alone, to tell
+/// apart by [`inode`] (a context's `cmd_fd`).
+pub fn token(name: &std::ffi::CStr) -> Result<OwnedFd> {
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: the name is a valid NUL-terminated string.
+    let fd = check(unsafe { libc::memfd_create(name.as_ptr(), flags) })?;
+    // SAFETY: fd was just returned by memfd_create and is owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fd is a valid memfd created with MFD_ALLOW_SEALING.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_WRITE) })?;
+    Ok(fd)
+}
+
+/// The inode number of the file behind `fd` (any descriptor), or `EBADF`.
+pub fn inode(fd: std::os::fd::RawFd) -> Result<u64> {
+    // SAFETY: all-zero is a valid stat; fstat only writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid, writable stat.
+    check(unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(st.st_ino)
+}
+
 /// A shared mapping of a memfd.
 pub struct Shm {
     ptr: *mut u8,

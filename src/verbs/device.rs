@@ -10,6 +10,7 @@ use crate::runtime::fork::PerProcess;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -176,6 +177,12 @@ pub struct Context {
     pub events: super::async_event::AsyncQueue,
     /// The provider behind the device.
     pub provider: &'static dyn crate::provider::Provider,
+    /// `cmd_fd` (closed with the context): a memfd of ours, or the duplicate of one that
+    /// `ibv_import_device` was given.
+    _cmd: OwnedFd,
+    /// The objects' namespace (the inode of `cmd`'s file): contexts imported from one another's
+    /// `cmd_fd` share it, and import each other's objects by handle (`import.rs`).
+    pub ucontext: u64,
 }
 
 /// The C ops tables every context carries. They are functions of the C boundary, which registers
@@ -211,6 +218,17 @@ impl Context {
         if !is_device(device) {
             return Err(Errno::EINVAL);
         }
+        let cmd = crate::runtime::shm::token(c"rdmashim-context")?;
+        let ucontext = crate::runtime::shm::inode(cmd.as_raw_fd())?;
+        Self::open_on(device, cmd, ucontext)
+    }
+
+    /// A context of `device` on the command descriptor `cmd` of namespace `ucontext`.
+    pub(super) fn open_on(
+        device: *mut ibv_device,
+        cmd: OwnedFd,
+        ucontext: u64,
+    ) -> Result<*mut ibv_context> {
         let ops = OPS.get().ok_or(Errno::ENODEV)?;
         let provider = crate::provider::selected().ok_or(Errno::ENODEV)?;
         let events = super::async_event::AsyncQueue::new()?;
@@ -219,7 +237,7 @@ impl Context {
         v.sz = std::mem::size_of::<verbs_context>();
         v.context.device = device;
         v.context.ops = ops.ops;
-        v.context.cmd_fd = -1;
+        v.context.cmd_fd = cmd.as_raw_fd();
         v.context.async_fd = events.fd();
         v.context.num_comp_vectors = 1;
         // libibverbs marks an extended context with abi_compat = __VERBS_ABI_IS_EXTENDED (all ones).
@@ -227,7 +245,7 @@ impl Context {
         // Extended verbs: the ops the inline wrappers of verbs.h call (ibv_query_port,
         // ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex); the others stay NULL.
         (ops.fill_ex)(v);
-        let ctx = Arc::new(Context { vctx, events, provider });
+        let ctx = Arc::new(Context { vctx, events, provider, _cmd: cmd, ucontext });
         let p = ctx.ptr();
         objects().contexts.insert(p as usize, ctx);
         Ok(p)

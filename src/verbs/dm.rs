@@ -52,6 +52,8 @@ pub struct DmMem {
     map_len: usize,
     addr: usize,
     len: usize,
+    /// What it holds of the device's `ALLOCATED` budget, given back when it goes.
+    reserved: usize,
 }
 
 impl DmMem {
@@ -67,7 +69,7 @@ impl DmMem {
             return Err(Errno::ENOMEM);
         }
         let map = p as usize;
-        Ok(DmMem { map, map_len, addr: map.next_multiple_of(align), len })
+        Ok(DmMem { map, map_len, addr: map.next_multiple_of(align), len, reserved: 0 })
     }
 
     pub fn addr(&self) -> usize {
@@ -85,6 +87,8 @@ impl DmMem {
 
 impl Drop for DmMem {
     fn drop(&mut self) {
+        // The device's memory is given back with the last DM or registration over it.
+        ALLOCATED.fetch_sub(self.reserved, Ordering::AcqRel);
         // SAFETY: our own mapping, made in `new`; nobody reaches it any more (its last `Arc`
         // is being dropped: the DM and every registration over it are gone).
         unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
@@ -137,12 +141,6 @@ pub struct Dm {
     freed: Mutex<bool>,
 }
 
-impl Drop for Dm {
-    fn drop(&mut self) {
-        ALLOCATED.fetch_sub(self.mem.len, Ordering::AcqRel);
-    }
-}
-
 impl Dm {
     /// `ibv_alloc_dm`: `fill` installs the C struct's copy functions.
     pub fn alloc(
@@ -155,7 +153,10 @@ impl Dm {
         }
         reserve(&ALLOCATED, a.length)?;
         let mem = match DmMem::new(a.length, a.log_align_req) {
-            Ok(m) => Arc::new(m),
+            Ok(mut m) => {
+                m.reserved = a.length;
+                Arc::new(m)
+            }
             Err(e) => {
                 ALLOCATED.fetch_sub(a.length, Ordering::AcqRel);
                 return Err(e);
@@ -171,6 +172,24 @@ impl Dm {
         let p = raw.as_ptr();
         objects().dms.insert(p as usize, Arc::new(Dm { raw, ctx, mem, freed: Mutex::new(false) }));
         Ok(p)
+    }
+
+    /// `ibv_import_dm`: another DM struct on `ctx` for this DM's memory, with its handle and
+    /// ops; letting it go (`ibv_unimport_dm`) leaves the memory to the original.
+    pub fn import_on(&self, ctx: Arc<Context>) -> *mut ibv_dm {
+        let mut raw: CBox<ibv_dm> = CBox::zeroed();
+        let r = raw.init();
+        *r = self.raw.read();
+        r.context = ctx.ptr();
+        let p = raw.as_ptr();
+        let dm = Dm { raw, ctx, mem: self.mem.clone(), freed: Mutex::new(false) };
+        objects().dms.insert(p as usize, Arc::new(dm));
+        p
+    }
+
+    /// Whether `ibv_free_dm` freed it.
+    pub fn is_freed(&self) -> bool {
+        *self.freed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `ibv_free_dm`: `EBUSY` while an MR is registered over the DM.

@@ -11,6 +11,7 @@ pub mod device;
 pub mod device_ex;
 pub mod dm;
 pub mod ece;
+pub mod import;
 pub mod mr;
 pub mod mw;
 pub mod pages;

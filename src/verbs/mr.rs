@@ -328,7 +328,9 @@ impl Mr {
             if objects().mrs.remove(p).is_none() {
                 return Err(Errno::EINVAL); // deregistered meanwhile
             }
-            keys.remove(&mr.key);
+            if keys.remove(&mr.key).is_none() {
+                return Ok(()); // an imported MR's registration, deregistered through the other
+            }
             if let Some(n) = reg.null {
                 keys.remove(&n.zero);
                 keys.remove(&n.sink);
@@ -367,6 +369,23 @@ impl Mr {
     }
 
     /// The current registration.
+    /// `ibv_import_mr`: another MR struct for this registration, on `pd` (a PD of its domain,
+    /// imported): the same keys, handle and length, `addr` NULL (not applicable, the page says).
+    /// Letting it go (`ibv_unimport_mr`) leaves the registration alone.
+    pub fn import_on(&self, pd: &Pd) -> *mut ibv_mr {
+        let mut raw: CBox<ibv_mr> = CBox::zeroed();
+        let r = raw.init();
+        *r = self.raw.read();
+        r.context = pd.ctx.ptr();
+        r.pd = pd.raw.as_ptr();
+        r.addr = std::ptr::null_mut();
+        let p = raw.as_ptr();
+        let reg = RwLock::new(self.reg());
+        let mr = Arc::new(Mr { raw, key: self.key, reg, windows: AtomicUsize::new(0) });
+        objects().mrs.insert(p as usize, mr);
+        p
+    }
+
     pub fn reg(&self) -> Arc<Reg> {
         self.reg.read().unwrap_or_else(|e| e.into_inner()).clone()
     }

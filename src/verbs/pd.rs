@@ -52,8 +52,31 @@ impl Pd {
     }
 
     fn publish(ctx: Arc<Context>, parent: Option<Parent>) -> Result<*mut ibv_pd> {
-        let mut raw: CBox<ibv_pd> = CBox::zeroed();
+        let raw: CBox<ibv_pd> = CBox::zeroed();
         let handle = raw.addr() as u32;
+        Self::publish_as(raw, handle, ctx, parent)
+    }
+
+    /// `ibv_import_pd`: a PD struct on `ctx` for `pd` (of a context sharing `ctx`'s objects),
+    /// with `pd`'s handle. It wraps `pd` as a parent domain does, so that everything created on
+    /// it is in `pd`'s domain; `pd` is in use while the import lives (`ibv_unimport_pd`).
+    pub fn import(ctx: Arc<Context>, pd: Arc<Pd>) -> Result<*mut ibv_pd> {
+        let handle = pd.handle();
+        let parent = Parent { pd, td: None, mrs: Mutex::new(Vec::new()) };
+        Self::publish_as(CBox::zeroed(), handle, ctx, Some(parent))
+    }
+
+    /// The handle the C struct carries.
+    pub fn handle(&self) -> u32 {
+        self.raw.read().handle
+    }
+
+    fn publish_as(
+        mut raw: CBox<ibv_pd>,
+        handle: u32,
+        ctx: Arc<Context>,
+        parent: Option<Parent>,
+    ) -> Result<*mut ibv_pd> {
         let r = raw.init();
         r.context = ctx.ptr();
         r.handle = handle;

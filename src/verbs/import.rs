@@ -1,0 +1,83 @@
+//! Sharing a context's objects through its command descriptor: `ibv_import_device` on a
+//! duplicate of `cmd_fd`, then `ibv_import_pd`/`_mr`/`_dm` by handle, and the unimport calls.
+//!
+//! A context's `cmd_fd` is an empty memfd of ours; the inode of its file names the objects'
+//! namespace (`Context::ucontext`), which every context opened on a duplicate of it shares, as
+//! contexts imported from one uverbs file share its kernel objects. An imported object is
+//! another C struct for the same object: a PD wraps the original as a parent domain does (so
+//! everything created on it lands in the original's domain), an MR shares the registration and
+//! its keys, a DM the memory. Unimporting lets go of the struct only.
+//!
+//! The objects live in the process that created them, so only that process can import them: a
+//! `cmd_fd` passed to another process gives `EOPNOTSUPP` there (the soft provider has no shared
+//! kernel object to hand over).
+
+use super::device::Context;
+use super::objects;
+use super::pd::Pd;
+use crate::errno::{check, Errno, Result};
+use crate::sys::*;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+/// `ibv_import_device`: a new context of the device on `fd`. On success the context owns the
+/// file (`ibv_close_device` closes `fd`); on failure `fd` is left to the caller.
+pub fn import_device(fd: RawFd) -> Result<*mut ibv_context> {
+    let ucontext = crate::runtime::shm::inode(fd)?;
+    let known = objects().contexts.values().into_iter().find(|c| c.ucontext == ucontext);
+    let orig = known.ok_or(Errno::EOPNOTSUPP)?;
+    let device = orig.vctx.read().context.device;
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor fstat just accepted only creates a descriptor.
+    let dup = check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: dup was just created and is owned here.
+    let mine = unsafe { OwnedFd::from_raw_fd(dup) };
+    let p = Context::open_on(device, mine, ucontext)?;
+    // The context holds the file through its duplicate now: the caller's descriptor is its.
+    // SAFETY: `fd` was handed over to us by the caller, who no longer uses it.
+    unsafe { libc::close(fd) };
+    Ok(p)
+}
+
+/// `ibv_import_pd`: the plain PD with `handle` in `ctx`'s namespace, as a PD of `ctx`.
+pub fn import_pd(ctx: Arc<Context>, handle: u32) -> Result<*mut ibv_pd> {
+    let found = objects()
+        .pds
+        .values()
+        .into_iter()
+        .find(|p| p.ctx.ucontext == ctx.ucontext && p.parent.is_none() && p.handle() == handle);
+    Pd::import(ctx, found.ok_or(Errno::EINVAL)?)
+}
+
+/// `ibv_import_mr`: the MR with `handle` whose domain is `pd`'s, as an MR of `pd`.
+pub fn import_mr(pd: Arc<Pd>, handle: u32) -> Result<*mut ibv_mr> {
+    let domain = pd.domain();
+    let found = objects()
+        .mrs
+        .values()
+        .into_iter()
+        .find(|m| m.raw.read().handle == handle && Arc::ptr_eq(&m.reg().pd, &domain));
+    Ok(found.ok_or(Errno::EINVAL)?.import_on(&pd))
+}
+
+/// `ibv_import_dm`: the DM with `handle` in `ctx`'s namespace, as a DM of `ctx`.
+pub fn import_dm(ctx: Arc<Context>, handle: u32) -> Result<*mut ibv_dm> {
+    let found =
+        objects().dms.values().into_iter().find(|d| {
+            d.ctx.ucontext == ctx.ucontext && !d.is_freed() && d.raw.read().handle == handle
+        });
+    Ok(found.ok_or(Errno::EINVAL)?.import_on(ctx))
+}
+
+/// `ibv_unimport_pd`, `_mr`, `_dm`: the struct goes, the object stays (nothing to report: the
+/// calls return void).
+pub fn unimport_pd(p: *mut ibv_pd) {
+    objects().pds.remove(p);
+}
+
+pub fn unimport_mr(p: *mut ibv_mr) {
+    objects().mrs.remove(p);
+}
+
+pub fn unimport_dm(p: *mut ibv_dm) {
+    objects().dms.remove(p);
+}
