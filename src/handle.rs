@@ -36,6 +36,7 @@ c_structs!(
     verbs_context,
     ibv_pd,
     ibv_td,
+    ibv_xrcd,
     ibv_mr,
     ibv_dm,
     ibv_mw,

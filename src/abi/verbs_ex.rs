@@ -26,8 +26,10 @@ use crate::verbs::device_ex;
 use crate::verbs::mr::Mr;
 use crate::verbs::objects;
 use crate::verbs::pd::{Pd, Td};
-use crate::verbs::qp::Qp;
+use crate::verbs::qp::{Owner, Qp};
 use crate::verbs::qp_ex::{self, Op, QpEx};
+use crate::verbs::srq::Srq;
+use crate::verbs::xrcd::Xrcd;
 use libc::{c_int, c_uint};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -47,6 +49,11 @@ pub fn fill_context_ops(v: &mut verbs_context) {
     v.alloc_parent_domain = Some(alloc_parent_domain);
     v.alloc_null_mr = Some(alloc_null_mr);
     v.advise_mr = Some(advise_mr);
+    v.open_xrcd = Some(open_xrcd);
+    v.close_xrcd = Some(close_xrcd);
+    v.create_srq_ex = Some(create_srq_ex);
+    v.get_srq_num = Some(get_srq_num);
+    v.open_qp = Some(open_qp);
     crate::abi::verbs_dm::fill_dm_ops(v);
 }
 
@@ -63,6 +70,54 @@ unsafe extern "C" fn advise_mr(
         // SAFETY: sg_list holds num_sge entries, per the man page.
         let sgl = unsafe { crate::verbs::send_wr::read_sgl(sg_list, n) }?;
         crate::verbs::pages::advise(&pd, advice, flags, sgl.as_slice())
+    })
+}
+
+unsafe extern "C" fn open_xrcd(
+    context: *mut ibv_context,
+    attr: *mut ibv_xrcd_init_attr,
+) -> *mut ibv_xrcd {
+    crate::entry_body!("ibv_open_xrcd"(context, attr) -> NullOr<ibv_xrcd> {
+        let c = objects().contexts.get(context)?;
+        // SAFETY: attr is NULL or valid for reads.
+        Xrcd::open(c, unsafe { arg(attr) }?)
+    })
+}
+
+unsafe extern "C" fn close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
+    crate::entry_body!("ibv_close_xrcd"(xrcd) -> PositiveErrno { Xrcd::close(xrcd) })
+}
+
+unsafe extern "C" fn create_srq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    crate::entry_body!("ibv_create_srq_ex"(context, attr) -> NullOr<ibv_srq> {
+        objects().contexts.get(context)?;
+        // SAFETY: attr is NULL or valid for reads and writes (the actual sizes are written back).
+        Srq::create_ex(unsafe { out(attr) }?)
+    })
+}
+
+unsafe extern "C" fn get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
+    crate::entry_body!("ibv_get_srq_num"(srq, srq_num) -> PositiveErrno {
+        let n = objects().srqs.get(srq)?.number()?;
+        // SAFETY: srq_num is NULL or valid for writes.
+        *unsafe { out(srq_num) }? = n;
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn open_qp(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_open_attr,
+) -> *mut ibv_qp {
+    crate::entry_body!("ibv_open_qp"(context, attr) -> NullOr<ibv_qp> {
+        objects().contexts.get(context)?;
+        // SAFETY: attr is NULL or valid for reads.
+        let a = unsafe { arg(attr) }?;
+        let x = objects().xrcds.get(a.xrcd)?;
+        Qp::open(x, a)
     })
 }
 
@@ -189,10 +244,19 @@ unsafe extern "C" fn create_qp_ex(
         // SAFETY: attr is NULL or valid for reads and writes (caps are written back).
         let a = unsafe { out(attr) }?;
         let ex = qp_ex::check_create_attr(a)?;
-        let pd = objects().pds.get(a.pd)?;
-        if pd.ctx.ptr() != context {
-            return Err(Errno::EINVAL);
-        }
+        let owner = if a.qp_type == ibv_qp_type::IBV_QPT_XRC_RECV {
+            let x = objects().xrcds.get(a.xrcd)?;
+            if x.ctx.ptr() != context {
+                return Err(Errno::EINVAL);
+            }
+            Owner::Xrcd(x)
+        } else {
+            let pd = objects().pds.get(a.pd)?;
+            if pd.ctx.ptr() != context {
+                return Err(Errno::EINVAL);
+            }
+            Owner::Pd(pd)
+        };
         let mut basic = ibv_qp_init_attr {
             qp_context: a.qp_context,
             send_cq: a.send_cq,
@@ -202,7 +266,7 @@ unsafe extern "C" fn create_qp_ex(
             qp_type: a.qp_type,
             sq_sig_all: a.sq_sig_all,
         };
-        let p = Qp::create(pd, &mut basic)?;
+        let p = Qp::create_in(owner, &mut basic)?;
         a.cap = basic.cap;
         let q = objects().qps.get(p)?;
         if ex.block_self_mcast {
@@ -516,8 +580,8 @@ unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut libc::c_void, _s
     with_qp("ibv_wr_send_tso", qp, |x| x.fail(Errno::EOPNOTSUPP));
 }
 
-unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
-    with_qp("ibv_wr_set_xrc_srqn", qp, |x| x.fail(Errno::EOPNOTSUPP));
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, srqn: u32) {
+    with_qp("ibv_wr_set_xrc_srqn", qp, |x| x.set_xrc_srqn(srqn));
 }
 
 unsafe extern "C" fn wr_atomic_write(

@@ -82,7 +82,7 @@ fn parent_domains_nest_and_stay_busy_while_used() {
         let cq = ibv_create_cq(ctx, 8, null_mut(), null_mut(), 0);
         let qp = ibv_create_qp(par, &mut qp_attr(cq));
         assert_eq!((*qp).pd, par);
-        assert!(Arc::ptr_eq(&objects().qps.get(qp).unwrap().pd, &inner));
+        assert!(Arc::ptr_eq(objects().qps.get(qp).unwrap().pd().unwrap(), &inner));
         assert_eq!(ibv_dealloc_pd(par), libc::EBUSY);
         assert_eq!(ibv_destroy_qp(qp), 0);
 

@@ -113,6 +113,34 @@ pub trait SharedRecvQueue: Send + Sync {
     fn set_starved(&self);
 }
 
+/// The receive side of one XRC request: the SRQ the sender named, the CQ its receives complete
+/// on, and the memory keys of its PD (an XRC target QP has no PD: a request's remote access is
+/// checked against the PD of the SRQ it names).
+#[derive(Clone)]
+pub struct XrcTarget {
+    pub srq: Arc<dyn SharedRecvQueue>,
+    pub cq: Arc<dyn CompletionSink>,
+    pub keys: Arc<dyn MemoryKeys>,
+}
+
+/// An XRC domain's SRQs by number (verbs keeps the table).
+pub trait XrcSrqs: Send + Sync {
+    /// The SRQ `srqn` (from the peer: untrusted) if it is one of this domain's.
+    fn target(&self, srqn: u32) -> Option<XrcTarget>;
+}
+
+/// A QP's part in XRC.
+#[derive(Clone, Default)]
+pub enum Xrc {
+    #[default]
+    None,
+    /// `IBV_QPT_XRC_SEND`: a requester whose requests name the target's SRQ (`SendWqe::xrc_srqn`).
+    Send,
+    /// `IBV_QPT_XRC_RECV`: a responder that takes each request's receive, CQ and memory keys
+    /// from the SRQ the request names, in this domain.
+    Recv(Arc<dyn XrcSrqs>),
+}
+
 /// QP states (IBA 10.3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QpState {
@@ -190,6 +218,7 @@ pub struct QpInit {
     pub keys: Arc<dyn MemoryKeys>,
     pub srq: Option<Arc<dyn SharedRecvQueue>>,
     pub events: Arc<dyn EventSink>,
+    pub xrc: Xrc,
 }
 
 /// One QP's data path.

@@ -148,6 +148,8 @@ pub struct SendWqe {
     pub swap: u64,
     /// UD destination (`wr.ud`).
     pub ud: Option<UdDest>,
+    /// XRC_SEND: the SRQ number at the target (`wr.qp_type.xrc.remote_srqn`).
+    pub xrc_srqn: u32,
     /// Send queue position, assigned at admission (see `TransportQp::post_send`).
     pub seq: u64,
     /// A local operation (`IBV_WR_BIND_MW`, `IBV_WR_LOCAL_INV`), executed by verbs when it was

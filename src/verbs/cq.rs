@@ -264,11 +264,12 @@ impl Cq {
     pub fn destroy(p: *mut ibv_cq) -> Result<()> {
         let cq = objects().cqs.get(p)?;
         let busy = || {
-            objects()
-                .qps
-                .values()
-                .iter()
-                .any(|q| Arc::ptr_eq(&q.send_cq, &cq) || Arc::ptr_eq(&q.recv_cq, &cq))
+            objects().qps.values().iter().any(|q| q.uses_cq(&cq))
+                || objects()
+                    .srqs
+                    .values()
+                    .iter()
+                    .any(|s| s.xrc.as_ref().is_some_and(|x| Arc::ptr_eq(&x.cq, &cq)))
         };
         if busy() {
             return Err(Errno::EBUSY);

@@ -22,6 +22,7 @@ pub mod qp_ex;
 pub mod send_wr;
 pub mod srq;
 pub mod ud;
+pub mod xrcd;
 
 use crate::handle::Registry;
 use once_cell::sync::Lazy;
@@ -39,6 +40,7 @@ pub struct Objects {
     pub qps: Registry<qp::Qp>,
     pub srqs: Registry<srq::Srq>,
     pub ahs: Registry<ah::Ah>,
+    pub xrcds: Registry<xrcd::Xrcd>,
 }
 
 pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
@@ -53,6 +55,7 @@ pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
     qps: Registry::default(),
     srqs: Registry::default(),
     ahs: Registry::default(),
+    xrcds: Registry::default(),
 });
 
 pub fn objects() -> &'static Objects {

@@ -153,7 +153,7 @@ impl Pd {
         });
         parent_mrs
             || o.mrs.values().iter().any(|m| Arc::ptr_eq(&m.pd(), pd))
-            || o.qps.values().iter().any(|q| holds(&q.pd, q.public().pd))
+            || o.qps.values().iter().any(|q| q.pd.as_ref().is_some_and(|p| holds(p, q.public().pd)))
             || o.srqs.values().iter().any(|s| holds(&s.pd, s.raw.read().pd))
             || o.ahs.values().iter().any(|a| holds(&a.pd, a.raw.read().pd))
             || o.cqs.values().iter().any(|c| c.parent.as_ref().is_some_and(|d| Arc::ptr_eq(d, pd)))

@@ -7,16 +7,26 @@ use super::device::{self, Context};
 use super::objects;
 use super::pd::Pd;
 use super::srq::Srq;
+use super::xrcd::Xrcd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{
-    EventSink, QpAttrs, QpEvent, QpInit, QpState, RecvWqe, SendWqe, TransportQp,
+    CompletionSink, EventSink, MemoryKeys, QpAttrs, QpEvent, QpInit, QpState, RecvWqe, SendWqe,
+    TransportQp, Xrc,
 };
 use crate::sys::*;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ptr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ibv_qp_state::*;
+
+/// What a QP is created in.
+pub enum Owner {
+    Pd(Arc<Pd>),
+    /// `IBV_QPT_XRC_RECV`.
+    Xrcd(Arc<Xrcd>),
+}
 
 /// What the owner of a QP (the CM) runs when the QP fails on its own; see [`Qp::on_fatal`].
 pub type FatalHook = Box<dyn Fn() + Send + Sync>;
@@ -28,10 +38,18 @@ pub struct Qp {
     /// used with the extended posting API (`ibv_qp_to_qp_ex`). Shared with the QP's event sink.
     pub raw: Arc<CBox<ibv_qp_ex>>,
     pub ctx: Arc<Context>,
-    pub pd: Arc<Pd>,
-    pub send_cq: Arc<Cq>,
-    pub recv_cq: Arc<Cq>,
+    /// `None` for an XRC target, which lives in an XRC domain instead.
+    pub pd: Option<Arc<Pd>>,
+    /// `None` for an XRC target; the receive CQ also for an XRC initiator created without one.
+    pub send_cq: Option<Arc<Cq>>,
+    pub recv_cq: Option<Arc<Cq>>,
     pub srq: Option<Arc<Srq>>,
+    /// An XRC target's domain (the one it was created or opened in).
+    pub xrcd: Option<Arc<Xrcd>>,
+    /// Handles on this QP's transport: an XRC target's own and those `ibv_open_qp` gave.
+    handles: Arc<AtomicUsize>,
+    /// A handle `ibv_open_qp` gave (not the one the QP was created with).
+    opened: bool,
     pub qp_type: u32,
     pub qpn: u32,
     pub sq_sig_all: bool,
@@ -191,6 +209,28 @@ fn rc_transition(from: u32, to: u32) -> Option<(u32, u32)> {
     })
 }
 
+/// The same for XRC initiators (`ini`) and targets: RC's, where an initiator needs nothing of
+/// what a responder does at RTR and a target nothing of what a requester does at RTS (rdma-core's
+/// and the kernel's `qp_state_table`).
+fn xrc_transition(from: u32, to: u32, ini: bool) -> Option<(u32, u32)> {
+    let resp = M_MAX_DEST_RD | M_MIN_RNR;
+    let req = M_RETRY | M_RNR_RETRY | M_MAX_QP_RD;
+    let (r, o) = rc_transition(from, to)?;
+    Some(match (from, to) {
+        (IBV_QPS_INIT, IBV_QPS_RTR) if ini => (r & !resp, o | resp),
+        (IBV_QPS_RTR, IBV_QPS_RTS) if !ini => (r & !req, o | req),
+        _ => (r, o),
+    })
+}
+
+fn xrc_ini_transition(from: u32, to: u32) -> Option<(u32, u32)> {
+    xrc_transition(from, to, true)
+}
+
+fn xrc_tgt_transition(from: u32, to: u32) -> Option<(u32, u32)> {
+    xrc_transition(from, to, false)
+}
+
 /// The same for UC QPs: RC's, without what acknowledgements need (IBA 11.2.4.2; rdma-core's
 /// `qp_state_table`): no RNR timer, no READ/atomic depth, no timeout or retries.
 fn uc_transition(from: u32, to: u32) -> Option<(u32, u32)> {
@@ -232,69 +272,116 @@ impl Qp {
     }
 
     pub fn create(pd: Arc<Pd>, attr: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp> {
-        // Created in the PD's domain; the C struct names the PD (or parent domain) given.
-        let (named, pd) = (pd.raw.as_ptr(), pd.domain());
+        Self::create_in(Owner::Pd(pd), attr)
+    }
+
+    /// Creates a QP in a PD, or (`IBV_QPT_XRC_RECV`) in an XRC domain.
+    pub fn create_in(owner: Owner, attr: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp> {
+        use ibv_qp_type::*;
         let o = objects();
-        let send_cq = o.cqs.get(attr.send_cq)?;
-        let recv_cq = o.cqs.get(attr.recv_cq)?;
-        let srq = if attr.srq.is_null() { None } else { Some(o.srqs.get(attr.srq)?) };
-        match attr.qp_type {
-            ibv_qp_type::IBV_QPT_RC | ibv_qp_type::IBV_QPT_UC | ibv_qp_type::IBV_QPT_UD => {}
-            // XRC, raw packet and driver QPs are not implemented: refuse clearly.
+        let (pd, named, xrcd, ctx) = match (owner, attr.qp_type) {
+            (Owner::Xrcd(x), IBV_QPT_XRC_RECV) => {
+                (None, ptr::null_mut(), Some(x.clone()), x.ctx.clone())
+            }
+            (Owner::Pd(pd), IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD | IBV_QPT_XRC_SEND) => {
+                // Created in the PD's domain; the C struct names the PD (or parent domain) given.
+                let (named, pd) = (pd.raw.as_ptr(), pd.domain());
+                let ctx = pd.ctx.clone();
+                (Some(pd), named, None, ctx)
+            }
+            // An XRC target needs a domain (ibv_create_qp_ex), which no other type takes.
+            (_, IBV_QPT_XRC_RECV) | (Owner::Xrcd(_), _) => return Err(Errno::EINVAL),
+            // Raw packet and driver QPs are not implemented: refuse clearly.
             _ => return Err(Errno::EOPNOTSUPP),
-        }
+        };
+        let xrc_send = attr.qp_type == IBV_QPT_XRC_SEND;
+        // An XRC target has no CQs of its own (its receives complete on the SRQs' CQs), an XRC
+        // initiator no receive queue.
+        let send_cq = match xrcd {
+            Some(_) => None,
+            None => Some(o.cqs.get(attr.send_cq)?),
+        };
+        let recv_cq = match (&xrcd, xrc_send, attr.recv_cq.is_null()) {
+            (Some(_), ..) | (None, true, true) => None,
+            _ => Some(o.cqs.get(attr.recv_cq)?),
+        };
+        let srq = if attr.srq.is_null() { None } else { Some(o.srqs.get(attr.srq)?) };
         // Only RC and UD QPs take an SRQ (ibv_create_qp(3), NOTES).
-        if srq.is_some() && attr.qp_type == ibv_qp_type::IBV_QPT_UC {
+        if srq.is_some() && !matches!(attr.qp_type, IBV_QPT_RC | IBV_QPT_UD) {
             return Err(Errno::EINVAL);
         }
         let c = &mut attr.cap;
+        let no_recv = srq.is_some() || xrc_send || xrcd.is_some();
         // With an SRQ, max_recv_wr and max_recv_sge are ignored.
         if c.max_send_wr > device::MAX_QP_WR
-            || (srq.is_none() && c.max_recv_wr > device::MAX_QP_WR)
+            || (!no_recv && c.max_recv_wr > device::MAX_QP_WR)
             || c.max_send_sge > device::MAX_SGE
-            || (srq.is_none() && c.max_recv_sge > device::MAX_SGE)
+            || (!no_recv && c.max_recv_sge > device::MAX_SGE)
             || c.max_inline_data > device::MAX_INLINE
         {
             return Err(Errno::EINVAL);
         }
-        c.max_send_wr = c.max_send_wr.max(1);
-        c.max_send_sge = c.max_send_sge.max(1);
-        c.max_inline_data = c.max_inline_data.max(64);
-        if srq.is_some() {
+        if xrcd.is_some() {
+            *c = ibv_qp_cap {
+                max_send_wr: 0,
+                max_recv_wr: 0,
+                max_send_sge: 0,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            };
+        } else {
+            c.max_send_wr = c.max_send_wr.max(1);
+            c.max_send_sge = c.max_send_sge.max(1);
+            c.max_inline_data = c.max_inline_data.max(64);
+        }
+        if no_recv {
             c.max_recv_wr = 0;
             c.max_recv_sge = 0;
         } else {
             c.max_recv_wr = c.max_recv_wr.max(1);
             c.max_recv_sge = c.max_recv_sge.max(1);
         }
-        let ud = attr.qp_type == ibv_qp_type::IBV_QPT_UD;
+        let ud = attr.qp_type == IBV_QPT_UD;
         let mut raw: CBox<ibv_qp_ex> = CBox::zeroed();
         let r = &mut raw.init().qp_base;
-        r.context = pd.ctx.ptr();
+        r.context = ctx.ptr();
         r.qp_context = attr.qp_context;
         r.pd = named;
-        r.send_cq = attr.send_cq;
-        r.recv_cq = attr.recv_cq;
+        r.send_cq = if send_cq.is_some() { attr.send_cq } else { ptr::null_mut() };
+        r.recv_cq = if recv_cq.is_some() { attr.recv_cq } else { ptr::null_mut() };
         r.srq = attr.srq;
         r.state = IBV_QPS_RESET;
         r.qp_type = attr.qp_type;
         let raw = Arc::new(raw);
         let on_fatal = Arc::new(OnceLock::new());
-        let events = Arc::new(QpEvents {
-            raw: raw.clone(),
-            ctx: pd.ctx.clone(),
-            on_fatal: on_fatal.clone(),
-        });
-        let transport = pd.ctx.provider.create_qp(QpInit {
+        let events =
+            Arc::new(QpEvents { raw: raw.clone(), ctx: ctx.clone(), on_fatal: on_fatal.clone() });
+        let sink = |c: &Option<Arc<Cq>>| -> Arc<dyn CompletionSink> {
+            match c {
+                Some(c) => c.clone(),
+                None => Arc::new(super::xrcd::NoSink),
+            }
+        };
+        let keys: Arc<dyn MemoryKeys> = match &pd {
+            Some(pd) => pd.clone(),
+            None => Arc::new(super::xrcd::NoKeys),
+        };
+        let xrc = match (&xrcd, xrc_send) {
+            (Some(x), _) => Xrc::Recv(x.domain.clone()),
+            (None, true) => Xrc::Send,
+            (None, false) => Xrc::None,
+        };
+        let transport = ctx.provider.create_qp(QpInit {
             ud,
-            uc: attr.qp_type == ibv_qp_type::IBV_QPT_UC,
+            uc: attr.qp_type == IBV_QPT_UC,
             max_recv_wr: attr.cap.max_recv_wr,
             sq_sig_all: attr.sq_sig_all != 0,
-            send_cq: send_cq.clone(),
-            recv_cq: recv_cq.clone(),
-            keys: pd.clone(),
+            send_cq: sink(&send_cq),
+            recv_cq: sink(&recv_cq),
+            keys,
             srq: srq.clone().map(|s| s as Arc<dyn crate::provider::SharedRecvQueue>),
             events,
+            xrc,
         })?;
         let qpn = transport.qpn();
         let b = raw.as_ptr();
@@ -310,11 +397,14 @@ impl Qp {
         qattr.cap = crate::handle::pod_copy(&attr.cap);
         let qp = Arc::new(Qp {
             raw,
-            ctx: pd.ctx.clone(),
+            ctx,
             pd,
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
             srq,
+            xrcd: xrcd.clone(),
+            handles: Arc::new(AtomicUsize::new(1)),
+            opened: false,
             qp_type: attr.qp_type,
             qpn,
             sq_sig_all: attr.sq_sig_all != 0,
@@ -328,10 +418,76 @@ impl Qp {
             ece: super::ece::initial(),
         });
         let w = Arc::downgrade(&qp);
-        send_cq.attach(w.clone());
-        recv_cq.attach(w);
+        for c in [&send_cq, &recv_cq].into_iter().flatten() {
+            c.attach(w.clone());
+        }
+        if let Some(x) = &xrcd {
+            x.add_qp(&qp);
+        }
         o.qps.insert(p as usize, qp);
         Ok(p)
+    }
+
+    /// `ibv_open_qp`: another handle on the XRC target QP `qpn` of `xrcd`'s domain (`EINVAL` if
+    /// there is none). The QP lives until its last handle is destroyed.
+    pub fn open(xrcd: Arc<Xrcd>, a: &ibv_qp_open_attr) -> Result<*mut ibv_qp> {
+        use ibv_qp_open_attr_mask as m;
+        let need =
+            m::IBV_QP_OPEN_ATTR_NUM.0 | m::IBV_QP_OPEN_ATTR_XRCD.0 | m::IBV_QP_OPEN_ATTR_TYPE.0;
+        let known = need | m::IBV_QP_OPEN_ATTR_CONTEXT.0;
+        if a.comp_mask & need != need || a.comp_mask & !known != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if a.qp_type != ibv_qp_type::IBV_QPT_XRC_RECV {
+            return Err(Errno::EINVAL);
+        }
+        let q = xrcd.target_qp(a.qp_num).ok_or(Errno::EINVAL)?;
+        let mut raw: CBox<ibv_qp_ex> = CBox::zeroed();
+        let r = &mut raw.init().qp_base;
+        *r = q.public();
+        r.qp_context = if a.comp_mask & m::IBV_QP_OPEN_ATTR_CONTEXT.0 != 0 {
+            a.qp_context
+        } else {
+            ptr::null_mut()
+        };
+        // The state C reads is the original handle's (the events write it there).
+        let p: *mut ibv_qp = raw.as_ptr().cast();
+        q.handles.fetch_add(1, Ordering::AcqRel);
+        xrcd.hold();
+        let opened = Qp {
+            raw: Arc::new(raw),
+            ctx: xrcd.ctx.clone(),
+            pd: None,
+            send_cq: None,
+            recv_cq: None,
+            srq: None,
+            xrcd: Some(xrcd),
+            handles: q.handles.clone(),
+            opened: true,
+            qp_type: q.qp_type,
+            qpn: q.qpn,
+            sq_sig_all: false,
+            cap: q.cap,
+            transport: q.transport.clone(),
+            attr: Mutex::new(crate::handle::pod_copy(&*lock(&q.attr))),
+            sq_posted: AtomicU64::new(0),
+            sq_retired: AtomicU64::new(0),
+            on_fatal: Arc::new(OnceLock::new()),
+            mcast: Mutex::new(Vec::new()),
+            ece: super::ece::initial(),
+        };
+        objects().qps.insert(p as usize, Arc::new(opened));
+        Ok(p)
+    }
+
+    /// Whether the QP completes on `cq`.
+    pub fn uses_cq(&self, cq: &Arc<Cq>) -> bool {
+        [&self.send_cq, &self.recv_cq].into_iter().flatten().any(|c| Arc::ptr_eq(c, cq))
+    }
+
+    /// The QP's PD (`EINVAL` for an XRC target, which has none).
+    pub fn pd(&self) -> Result<&Arc<Pd>> {
+        self.pd.as_ref().ok_or(Errno::EINVAL)
     }
 
     pub fn destroy(p: *mut ibv_qp) -> Result<()> {
@@ -340,7 +496,17 @@ impl Qp {
         }
         super::async_event::wait_acked(p as usize);
         let qp = objects().qps.remove(p).ok_or(Errno::EINVAL)?;
-        qp.transport.destroy();
+        if let Some(x) = &qp.xrcd {
+            if qp.opened {
+                x.release();
+            } else {
+                x.remove_qp(qp.qpn);
+            }
+        }
+        // The last handle on the QP releases its transport.
+        if qp.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            qp.transport.destroy();
+        }
         Ok(())
     }
 
@@ -391,6 +557,8 @@ impl Qp {
         let table = match self.qp_type {
             ibv_qp_type::IBV_QPT_UD => ud_transition,
             ibv_qp_type::IBV_QPT_UC => uc_transition,
+            ibv_qp_type::IBV_QPT_XRC_SEND => xrc_ini_transition,
+            ibv_qp_type::IBV_QPT_XRC_RECV => xrc_tgt_transition,
             _ => rc_transition,
         };
         let mut decided = None;
@@ -471,7 +639,11 @@ impl Qp {
 
     /// Validates and queues one receive request.
     pub fn post_recv(&self, w: RecvWqe) -> Result<()> {
-        if self.srq.is_some() || w.sges.len() > self.cap.max_recv_sge as usize {
+        // XRC QPs have no receive queue (a target's receives are its SRQs').
+        if self.srq.is_some()
+            || self.cap.max_recv_wr == 0
+            || w.sges.len() > self.cap.max_recv_sge as usize
+        {
             return Err(Errno::EINVAL);
         }
         self.transport.post_recv(w)

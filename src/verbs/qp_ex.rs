@@ -61,9 +61,15 @@ pub fn check_create_attr(a: &ibv_qp_init_attr_ex) -> Result<CreateEx> {
         | m::IBV_QP_INIT_ATTR_RX_HASH.0
         | m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
     let supported = m::IBV_QP_INIT_ATTR_PD.0
+        | m::IBV_QP_INIT_ATTR_XRCD.0
         | m::IBV_QP_INIT_ATTR_CREATE_FLAGS.0
         | m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
-    if a.comp_mask & !known != 0 || a.comp_mask & m::IBV_QP_INIT_ATTR_PD.0 == 0 {
+    // An XRC target lives in an XRC domain, every other QP in a PD.
+    let owner = match a.qp_type {
+        ibv_qp_type::IBV_QPT_XRC_RECV => m::IBV_QP_INIT_ATTR_XRCD.0,
+        _ => m::IBV_QP_INIT_ATTR_PD.0,
+    };
+    if a.comp_mask & !known != 0 || a.comp_mask & owner == 0 {
         return Err(Errno::EINVAL);
     }
     if a.comp_mask & !supported != 0 {
@@ -100,6 +106,9 @@ fn send_ops_of(qp_type: u32) -> u64 {
     match qp_type {
         ibv_qp_type::IBV_QPT_UD => send,
         ibv_qp_type::IBV_QPT_UC => send | write | MW_OPS as u64,
+        // A target sends nothing; an initiator has no windows of its own to bind.
+        ibv_qp_type::IBV_QPT_XRC_RECV => 0,
+        ibv_qp_type::IBV_QPT_XRC_SEND => SUPPORTED_SEND_OPS & !(MW_OPS as u64),
         _ => SUPPORTED_SEND_OPS,
     }
 }
@@ -281,6 +290,11 @@ impl QpEx {
         });
     }
 
+    /// `wr_set_xrc_srqn`: the SRQ at the target the request names (XRC_SEND QPs).
+    pub fn set_xrc_srqn(&self, srqn: u32) {
+        self.current(|b| b.set_xrc_srqn(srqn));
+    }
+
     /// `wr_complete`: posts the batch, 0 or an errno (see the module comment).
     pub fn complete(&self) -> Result<()> {
         let p = self.leave();
@@ -342,10 +356,12 @@ mod tests {
         assert_eq!(check_create_attr(&a), Err(Errno::EOPNOTSUPP));
         assert_eq!(check_create_attr(&attr(ops)), Err(Errno::EINVAL));
         assert_eq!(check_create_attr(&attr(pd | (1 << 12))), Err(Errno::EINVAL));
-        assert_eq!(
-            check_create_attr(&attr(pd | m::IBV_QP_INIT_ATTR_XRCD.0)),
-            Err(Errno::EOPNOTSUPP)
-        );
+        // An XRC target needs its domain, not a PD.
+        let mut x = attr(m::IBV_QP_INIT_ATTR_XRCD.0);
+        x.qp_type = ibv_qp_type::IBV_QPT_XRC_RECV;
+        assert!(check_create_attr(&x).is_ok());
+        x.comp_mask = pd;
+        assert_eq!(check_create_attr(&x), Err(Errno::EINVAL));
         let mut a = attr(pd | fl);
         assert!(check_create_attr(&a).is_ok());
         a.create_flags = ibv_qp_create_flags::IBV_QP_CREATE_SCATTER_FCS.0;

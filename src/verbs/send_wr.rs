@@ -153,6 +153,7 @@ impl SendWr {
                 compare_add: op.compare_add,
                 swap: op.swap,
                 ud: None,
+                xrc_srqn: 0,
                 seq: 0,
                 local_status: 0,
             },
@@ -233,6 +234,12 @@ impl SendWr {
         ah.map(|_| ())
     }
 
+    /// The SRQ at the target that an XRC request names (`wr.qp_type.xrc.remote_srqn`,
+    /// `ibv_wr_set_xrc_srqn`).
+    pub fn set_xrc_srqn(&mut self, srqn: u32) {
+        self.wqe.xrc_srqn = srqn;
+    }
+
     /// The checks every request passes before anything is queued: data accepted, SGE count,
     /// atomics on exactly one 8-byte entry, and for UD a destination and a SEND opcode.
     pub fn check(&self, qp: &Qp) -> Result<()> {
@@ -253,7 +260,7 @@ impl SendWr {
         }
         if let Some(b) = &self.bind {
             if qp.qp_type != ibv_qp_type::IBV_QPT_UD {
-                super::mw::check_bind(&qp.pd, b.mw as *mut ibv_mw, b.rkey, &b.info())?;
+                super::mw::check_bind(qp.pd()?, b.mw as *mut ibv_mw, b.rkey, &b.info())?;
             }
         }
         if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
@@ -278,13 +285,13 @@ impl SendWr {
         }
         let local = match (self.wqe.opcode, &self.bind) {
             (IBV_WR_BIND_MW, Some(b)) => Some(LocalOp::Bind(super::mw::check_bind(
-                &qp.pd,
+                qp.pd()?,
                 b.mw as *mut ibv_mw,
                 b.rkey,
                 &b.info(),
             )?)),
             (IBV_WR_LOCAL_INV, _) => {
-                Some(LocalOp::Invalidate { pd: qp.pd.domain(), rkey: self.wqe.rkey })
+                Some(LocalOp::Invalidate { pd: qp.pd()?.domain(), rkey: self.wqe.rkey })
             }
             _ => None,
         };
@@ -383,6 +390,10 @@ pub unsafe fn read_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<Finished> {
         // SAFETY: a UD QP's work requests use the wr.ud member of the union.
         let u = unsafe { wr.wr.ud };
         b.set_ud_addr(u.ah, u.remote_qpn, u.remote_qkey)?;
+    }
+    if qp.qp_type == ibv_qp_type::IBV_QPT_XRC_SEND {
+        // SAFETY: an XRC_SEND QP's work requests use the qp_type.xrc member of the union.
+        b.set_xrc_srqn(unsafe { wr.qp_type.xrc.remote_srqn });
     }
     b.check(qp)?;
     b.finish(qp)

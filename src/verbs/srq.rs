@@ -1,7 +1,9 @@
 //! Shared receive queues.
 
+use super::cq::Cq;
 use super::objects;
 use super::pd::Pd;
+use super::xrcd::Xrcd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{RecvWqe, SharedRecvQueue};
@@ -18,6 +20,16 @@ pub struct Srq {
     pub queue: Mutex<VecDeque<RecvWqe>>,
     /// A QP found this SRQ empty with a message waiting (RNR): the next post must wake it.
     pub starved: std::sync::atomic::AtomicBool,
+    /// An XRC SRQ: its domain, number and CQ.
+    pub xrc: Option<XrcSrq>,
+}
+
+/// What an XRC SRQ has beyond a basic one.
+pub struct XrcSrq {
+    pub xrcd: Arc<Xrcd>,
+    pub srqn: u32,
+    /// Where the receives of requests that name this SRQ complete.
+    pub cq: Arc<Cq>,
 }
 
 impl Srq {
@@ -25,6 +37,54 @@ impl Srq {
         pd: Arc<Pd>,
         ctx: *mut libc::c_void,
         attr: &mut ibv_srq_attr,
+    ) -> Result<*mut ibv_srq> {
+        Self::create_typed(pd, ctx, attr, None)
+    }
+
+    /// `ibv_create_srq_ex`: a basic SRQ, or an XRC SRQ (PD, XRC domain and CQ required);
+    /// tag matching is not offered (`EOPNOTSUPP`).
+    pub fn create_ex(a: &mut ibv_srq_init_attr_ex) -> Result<*mut ibv_srq> {
+        use ibv_srq_init_attr_mask as m;
+        let known = m::IBV_SRQ_INIT_ATTR_TYPE.0
+            | m::IBV_SRQ_INIT_ATTR_PD.0
+            | m::IBV_SRQ_INIT_ATTR_XRCD.0
+            | m::IBV_SRQ_INIT_ATTR_CQ.0
+            | m::IBV_SRQ_INIT_ATTR_TM.0;
+        if a.comp_mask & !known != 0 || a.comp_mask & m::IBV_SRQ_INIT_ATTR_PD.0 == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let o = objects();
+        let pd = o.pds.get(a.pd)?;
+        let srq_type = if a.comp_mask & m::IBV_SRQ_INIT_ATTR_TYPE.0 != 0 {
+            a.srq_type
+        } else {
+            ibv_srq_type::IBV_SRQT_BASIC
+        };
+        let xrc = match srq_type {
+            ibv_srq_type::IBV_SRQT_BASIC => None,
+            ibv_srq_type::IBV_SRQT_XRC => {
+                let need = m::IBV_SRQ_INIT_ATTR_XRCD.0 | m::IBV_SRQ_INIT_ATTR_CQ.0;
+                if a.comp_mask & need != need {
+                    return Err(Errno::EINVAL);
+                }
+                let xrcd = o.xrcds.get(a.xrcd)?;
+                let cq = o.cqs.get(a.cq)?;
+                if !Arc::ptr_eq(&xrcd.ctx, &pd.ctx) || !Arc::ptr_eq(&cq.ctx, &pd.ctx) {
+                    return Err(Errno::EINVAL);
+                }
+                Some(XrcSrq { xrcd, srqn: super::xrcd::new_srqn(), cq })
+            }
+            ibv_srq_type::IBV_SRQT_TM => return Err(Errno::EOPNOTSUPP),
+            _ => return Err(Errno::EINVAL),
+        };
+        Self::create_typed(pd, a.srq_context, &mut a.attr, xrc)
+    }
+
+    fn create_typed(
+        pd: Arc<Pd>,
+        ctx: *mut libc::c_void,
+        attr: &mut ibv_srq_attr,
+        xrc: Option<XrcSrq>,
     ) -> Result<*mut ibv_srq> {
         // Created in the PD's domain; the C struct names the PD (or parent domain) given.
         let (named, pd) = (pd.raw.as_ptr(), pd.domain());
@@ -45,18 +105,20 @@ impl Srq {
         r.pd = named;
         r.handle = handle;
         let p = raw.as_ptr();
-        objects().srqs.insert(
-            p as usize,
-            Arc::new(Srq {
-                raw,
-                pd,
-                max_wr: attr.max_wr,
-                max_sge: attr.max_sge,
-                limit: Mutex::new(attr.srq_limit),
-                queue: Mutex::new(VecDeque::new()),
-                starved: std::sync::atomic::AtomicBool::new(false),
-            }),
-        );
+        let srq = Arc::new(Srq {
+            raw,
+            pd,
+            max_wr: attr.max_wr,
+            max_sge: attr.max_sge,
+            limit: Mutex::new(attr.srq_limit),
+            queue: Mutex::new(VecDeque::new()),
+            starved: std::sync::atomic::AtomicBool::new(false),
+            xrc,
+        });
+        if let Some(x) = &srq.xrc {
+            x.xrcd.add_srq(&srq, x.srqn);
+        }
+        objects().srqs.insert(p as usize, srq);
         Ok(p)
     }
 
@@ -71,8 +133,16 @@ impl Srq {
             return Err(Errno::EBUSY);
         }
         super::async_event::wait_acked(p as usize);
-        objects().srqs.remove(p).ok_or(Errno::EINVAL)?;
+        let srq = objects().srqs.remove(p).ok_or(Errno::EINVAL)?;
+        if let Some(x) = &srq.xrc {
+            x.xrcd.remove_srq(x.srqn);
+        }
         Ok(())
+    }
+
+    /// `ibv_get_srq_num`: an XRC SRQ's number (`EINVAL` for a basic SRQ, which has none).
+    pub fn number(&self) -> Result<u32> {
+        self.xrc.as_ref().map(|x| x.srqn).ok_or(Errno::EINVAL)
     }
 
     /// Posts receives: `Err((index, errno))` names the first refused request.

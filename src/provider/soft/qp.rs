@@ -9,7 +9,7 @@ use super::roce::Packet;
 use crate::errno::{Errno, Result};
 use crate::provider::{
     AdmitFn, Completion, CompletionSink, EventSink, MemoryKeys, ModifyFn, QpAttrs, QpEvent, QpInit,
-    QpState, RecvWqe, SendWqe, SharedRecvQueue, TransportQp,
+    QpState, RecvWqe, SendWqe, SharedRecvQueue, TransportQp, Xrc, XrcTarget,
 };
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::{engine, Pollable};
@@ -52,6 +52,8 @@ pub struct Inner {
     pub(super) ud_remote: Vec<([u8; 16], bool)>,
     /// UD: sends waiting for room at a full destination on this host.
     pub(super) ud_backlog: super::ud_backlog::Backlog,
+    /// XRC target: the receive side of the request being executed (see `rc_recv::rx_*`).
+    pub(super) xrc_cur: Option<XrcTarget>,
 }
 
 pub struct SoftQp {
@@ -66,6 +68,7 @@ pub struct SoftQp {
     pub(super) keys: Arc<dyn MemoryKeys>,
     pub(super) srq: Option<Arc<dyn SharedRecvQueue>>,
     pub(super) events: Arc<dyn EventSink>,
+    pub(super) xrc: Xrc,
     /// The socket that owns our QPN: listening (RC) or receiving datagrams (UD).
     listener: Arc<OwnedFd>,
     /// The UDP socket whose port our QPN carries (the network path sends from it).
@@ -109,6 +112,7 @@ impl SoftQp {
             keys: init.keys,
             srq: init.srq,
             events: init.events,
+            xrc: init.xrc,
             listener,
             udp,
             _acceptor: acceptor,
@@ -131,6 +135,7 @@ impl SoftQp {
                 net: None,
                 ud_remote: Vec::new(),
                 ud_backlog: Default::default(),
+                xrc_cur: None,
             }),
             me: me.clone(),
         });
@@ -341,8 +346,9 @@ impl TransportQp for SoftQp {
         let mut st = lock(&self.st);
         let cur = st.state;
         let (to, attr) = decide(cur)?;
-        if self.uc && to == QpState::Rtr && super::rc_net::peer_is_remote(&attr) {
-            return Err(Errno::EOPNOTSUPP); // UC on the UDP path is not built (issue 13)
+        let xrc = !matches!(self.xrc, Xrc::None);
+        if (self.uc || xrc) && to == QpState::Rtr && super::rc_net::peer_is_remote(&attr) {
+            return Err(Errno::EOPNOTSUPP); // UC and XRC on the UDP path are not built (issue 13)
         }
         st.attr = attr;
         if let Some(l) = &st.link {

@@ -12,7 +12,8 @@ use super::qp::{Inner, SoftQp};
 use super::ring::*;
 use super::segcheck::Open;
 use crate::provider::{
-    AccessError, Completion, KeySpace, Payload, QpState, RecvWqe, Region, SendWqe, Sgl,
+    AccessError, Completion, KeySpace, MemoryKeys, Payload, QpState, RecvWqe, Region, SendWqe, Sgl,
+    Xrc,
 };
 use crate::runtime::engine::engine;
 use crate::sys::*;
@@ -179,6 +180,8 @@ impl SoftQp {
                     req_seq: 0,
                     status: 0,
                     solicited: w.solicited as u32,
+                    xrc_srqn: w.xrc_srqn,
+                    _pad: 0,
                 };
                 let (hp, data) = ring.slot(ring.head());
                 // SAFETY: the producer owns the free slot at head; SEG_DATA bytes follow the
@@ -209,8 +212,9 @@ impl SoftQp {
     /// Called only with nothing of ours outstanding, after the request's local check.
     fn try_direct(&self, st: &mut Inner, link: &Link) -> bool {
         // UC requests complete when sent: a direct WRITE could overtake earlier SENDs still
-        // in the ring.
-        if self.uc {
+        // in the ring. An XRC request's rights come from the SRQ it names, which a grant of
+        // one region cannot stand for.
+        if self.uc || !matches!(self.xrc, Xrc::None) {
             return false;
         }
         let Some(w) = st.sq.front() else { return false };
@@ -348,13 +352,7 @@ impl SoftQp {
 
     /// Checks that every entry lies in a region of our PD with `need` rights.
     pub(super) fn check_local(&self, sgl: &Sgl, need: u32) -> Result<(), AccessError> {
-        for s in sgl.as_slice() {
-            if s.length == 0 {
-                continue;
-            }
-            self.keys.lookup(s.lkey, s.addr, s.length as usize, need, KeySpace::Local)?;
-        }
-        Ok(())
+        check_local(&*self.keys, sgl, need)
     }
 
     /// Completes requests in posting order: acknowledged ones up to `tail`, READ and atomics
@@ -534,6 +532,17 @@ impl SoftQp {
 }
 
 /// The RNR NAK delay of an encoded `min_rnr_timer` (IBA table 45).
+/// Checks that every entry lies in a region of `keys` with `need` rights.
+pub(super) fn check_local(keys: &dyn MemoryKeys, sgl: &Sgl, need: u32) -> Result<(), AccessError> {
+    for s in sgl.as_slice() {
+        if s.length == 0 {
+            continue;
+        }
+        keys.lookup(s.lkey, s.addr, s.length as usize, need, KeySpace::Local)?;
+    }
+    Ok(())
+}
+
 pub fn rnr_delay(timer: u8) -> Duration {
     const US: [u32; 32] = [
         655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,

@@ -16,11 +16,13 @@ use super::rc::{message_slots, status_of, InMsg, Inflight, RespJob};
 use super::ring::*;
 use super::segcheck::{self, Awaits, Open, Outstanding, Step};
 use crate::provider::{
-    Completion, KeySpace, QpEvent, QpState, RecvWqe, Region, ACCESS_LOCAL_WRITE,
-    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    Completion, CompletionSink, KeySpace, MemoryKeys, QpEvent, QpState, RecvWqe, Region,
+    SharedRecvQueue, Xrc, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
 };
 use crate::sys::*;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use ibv_wc_opcode::*;
 use ibv_wc_status::*;
@@ -79,6 +81,16 @@ impl SoftQp {
                     break;
                 }
             };
+            if let Xrc::Recv(domain) = &self.xrc {
+                if let Some(end) = request_start(&step, seq) {
+                    // Every XRC request names its SRQ: it must be one of our domain's.
+                    st.xrc_cur = domain.target(h.xrc_srqn);
+                    if st.xrc_cur.is_none() {
+                        self.nak(st, &link, end, IBV_WC_REM_INV_REQ_ERR);
+                        break;
+                    }
+                }
+            }
             match self.execute(st, &link, seq, &h, data, step) {
                 Flow::Next => {
                     ring.consume(1);
@@ -148,7 +160,7 @@ impl SoftQp {
                 return discard(st, step); // UC has no RNR: the message is dropped
             }
             if !self.has_recv(st) {
-                if let Some(srq) = &self.srq {
+                if let Some(srq) = self.rx_srq(st) {
                     srq.set_starved();
                 }
                 // Receiver not ready: the message waits, and the requester sees an RNR NAK
@@ -159,7 +171,9 @@ impl SoftQp {
             let Some(wqe) = self.next_recv(st) else { return Flow::Stop };
             let status = if len as u64 > wqe.sges.total() {
                 IBV_WC_LOC_LEN_ERR
-            } else if self.check_local(&wqe.sges, ACCESS_LOCAL_WRITE).is_err() {
+            } else if super::rc::check_local(self.rx_keys(st), &wqe.sges, ACCESS_LOCAL_WRITE)
+                .is_err()
+            {
                 IBV_WC_LOC_PROT_ERR
             } else {
                 IBV_WC_SUCCESS
@@ -167,12 +181,12 @@ impl SoftQp {
             if status != IBV_WC_SUCCESS && self.uc {
                 // UC drops what does not fit, as rxe does: the receive stays posted, or, taken
                 // from an SRQ, completes with the error.
-                match &self.srq {
+                match self.rx_srq(st) {
                     None => st.rq.push_front(wqe),
                     Some(_) => {
                         let wc =
                             self.recv_wc(st, &wqe, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, len, h);
-                        self.recv_cq.push(wc);
+                        self.rx_cq(st).push(wc);
                     }
                 }
                 return discard(st, step);
@@ -196,7 +210,7 @@ impl SoftQp {
         // SEND with invalidate: the responder invalidates the window the peer names, if it is
         // one of ours it may invalidate (checked by the key table, the peer is not trusted).
         let inv = h.flags & SEG_INV != 0 && !imm;
-        if inv && status == IBV_WC_SUCCESS && self.keys.invalidate(h.imm).is_err() {
+        if inv && status == IBV_WC_SUCCESS && self.rx_keys(st).invalidate(h.imm).is_err() {
             status = IBV_WC_REM_INV_REQ_ERR;
         }
         let mut wc = self.recv_wc(st, &wqe, status, IBV_WC_RECV, len, h);
@@ -207,7 +221,7 @@ impl SoftQp {
             wc.imm = h.imm;
             wc.wc_flags |= ibv_wc_flags::IBV_WC_WITH_INV.0;
         }
-        self.recv_cq.push(wc);
+        self.rx_cq(st).push(wc);
         if status != IBV_WC_SUCCESS {
             let remote = if status == IBV_WC_LOC_LEN_ERR || status == IBV_WC_REM_INV_REQ_ERR {
                 IBV_WC_REM_INV_REQ_ERR
@@ -267,7 +281,7 @@ impl SoftQp {
                     self.recv_wc(st, &wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, h);
                 wc.imm = h.imm;
                 wc.wc_flags = ibv_wc_flags::IBV_WC_WITH_IMM.0;
-                self.recv_cq.push(wc);
+                self.rx_cq(st).push(wc);
             }
         }
         Flow::Next
@@ -423,7 +437,8 @@ impl SoftQp {
             return Ok((None, addr));
         }
         let len = usize::try_from(len).map_err(|_| IBV_WC_REM_ACCESS_ERR)?;
-        let c = self.keys.lookup(rkey, addr, len, need, KeySpace::Remote).map_err(status_of)?;
+        let c = self.rx_keys(st).lookup(rkey, addr, len, need, KeySpace::Remote);
+        let c = c.map_err(status_of)?;
         self.offer_direct(st, rkey);
         Ok((Some(c.region), c.addr))
     }
@@ -431,8 +446,8 @@ impl SoftQp {
     /// The peer just passed our checks on region `rkey`: if the region is on a memfd, the peer
     /// may reach it directly from now on (`direct`), within what our QP allows.
     fn offer_direct(&self, st: &Inner, rkey: u32) {
-        if self.uc {
-            return; // UC takes no direct path (see try_direct)
+        if self.uc || !matches!(self.xrc, Xrc::None) {
+            return; // UC and XRC take no direct path (see try_direct)
         }
         let (Some(link), Some(shared)) = (&st.link, self.keys.shared(rkey)) else { return };
         if let Some(s) = shared.as_any().downcast_ref::<SharedMem>() {
@@ -441,17 +456,50 @@ impl SoftQp {
     }
 
     pub(super) fn next_recv(&self, st: &mut Inner) -> Option<RecvWqe> {
-        match &self.srq {
+        match self.rx_srq(st) {
             Some(s) => s.pop(),
             None => st.rq.pop_front(),
         }
     }
 
     fn has_recv(&self, st: &Inner) -> bool {
-        match &self.srq {
+        match self.rx_srq(st) {
             Some(s) => !s.is_empty(),
             None => !st.rq.is_empty(),
         }
+    }
+
+    /// The receive side of the request being executed: the QP's own, or for an XRC target
+    /// that of the SRQ the request named (its keys, CQ and queue).
+    fn rx_keys<'a>(&'a self, st: &'a Inner) -> &'a dyn MemoryKeys {
+        match &st.xrc_cur {
+            Some(t) => &*t.keys,
+            None => &*self.keys,
+        }
+    }
+
+    fn rx_cq(&self, st: &Inner) -> Arc<dyn CompletionSink> {
+        match &st.xrc_cur {
+            Some(t) => t.cq.clone(),
+            None => self.recv_cq.clone(),
+        }
+    }
+
+    fn rx_srq(&self, st: &Inner) -> Option<Arc<dyn SharedRecvQueue>> {
+        match &st.xrc_cur {
+            Some(t) => Some(t.srq.clone()),
+            None => self.srq.clone(),
+        }
+    }
+}
+
+/// A segment that starts a request: the ring sequence just past the whole request (what its
+/// NAK names).
+fn request_start(step: &Step, seq: u64) -> Option<u64> {
+    match *step {
+        Step::Data { first: true, len, .. } => Some(seq.wrapping_add(message_slots(len))),
+        Step::Single { .. } => Some(seq.wrapping_add(1)),
+        _ => None,
     }
 }
 

@@ -52,6 +52,9 @@ pub struct SegHdr {
     /// NAKs: the work completion status for the requester.
     pub status: u32,
     pub solicited: u32,
+    /// XRC requests: the SRQ number at the target that the request names.
+    pub xrc_srqn: u32,
+    pub _pad: u32,
 }
 
 /// Control words of one direction, each on its own cache line.

@@ -219,6 +219,7 @@ mod tests {
             compare_add: 0,
             swap: 0,
             ud: None,
+            xrc_srqn: 0,
             seq: 0,
             local_status: 0,
         }
