@@ -229,12 +229,13 @@ entry! {
         let a = unsafe { out(attr) }?;
         // Only the basic attributes (PD, optionally no create flags) map onto this provider.
         let pd_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+        let xrcd_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_XRCD.0;
         let flags_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_CREATE_FLAGS.0;
         let ops_bit = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
         let block_self = ibv_qp_create_flags::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.0;
         let flags = if a.comp_mask & flags_bit != 0 { a.create_flags } else { 0 };
         let ops = if a.comp_mask & ops_bit != 0 { a.send_ops_flags } else { 0 };
-        if a.comp_mask & !(pd_bit | flags_bit | ops_bit) != 0
+        if a.comp_mask & !(pd_bit | xrcd_bit | flags_bit | ops_bit) != 0
             || flags & !block_self != 0
             || ops & !crate::verbs::qp_ex::SUPPORTED_SEND_OPS != 0
         {
@@ -250,7 +251,8 @@ entry! {
             sq_sig_all: a.sq_sig_all,
         };
         let pd = if a.comp_mask & pd_bit != 0 { a.pd } else { std::ptr::null_mut() };
-        i.create_qp(pd, &mut basic)?;
+        let xrcd = if a.comp_mask & xrcd_bit != 0 { a.xrcd } else { std::ptr::null_mut() };
+        i.create_qp_in(pd, &mut basic, xrcd)?;
         if flags & block_self != 0 {
             if let Ok(q) = crate::verbs::qp::lookup(i.raw.read().qp) {
                 q.set_block_self_mcast(true);
@@ -276,19 +278,7 @@ entry! {
     fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> MinusOne {
         let i = live(id)?;
         // SAFETY: attr is NULL or valid for reads and writes.
-        let a = unsafe { out(attr) }?;
-        if a.comp_mask & ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0 == 0 {
-            return Err(Errno::EINVAL);
-        }
-        if a.srq_type != ibv_srq_type::IBV_SRQT_BASIC {
-            // XRC SRQs belong to issue 5.
-            return Err(Errno::EOPNOTSUPP);
-        }
-        let pd = if a.comp_mask & ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0 != 0 { a.pd } else { std::ptr::null_mut() };
-        let mut basic = ibv_srq_init_attr { srq_context: a.srq_context, attr: crate::handle::pod_copy(&a.attr) };
-        i.create_srq(pd, &mut basic)?;
-        a.attr = basic.attr;
-        Ok(())
+        i.create_srq_ex(unsafe { out(attr) }?)
     }
 
     fn rdma_destroy_srq(id: *mut rdma_cm_id) -> Nothing {

@@ -11,7 +11,9 @@ use crate::verbs::cq::{CompChannel, Cq};
 use crate::verbs::device;
 use crate::verbs::objects;
 use crate::verbs::qp::{self, Qp};
+use crate::runtime::fork::PerProcess;
 use crate::verbs::srq::Srq;
+use crate::verbs::xrcd::Xrcd;
 
 /// CQs and channels created for an id, destroyed again if a later step fails.
 #[derive(Default)]
@@ -53,6 +55,18 @@ impl Made {
 impl CmId {
     /// `rdma_create_qp`.
     pub fn create_qp(&self, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
+        self.create_qp_in(pd, attr, std::ptr::null_mut())
+    }
+
+    /// `rdma_create_qp_ex`: as `rdma_create_qp`; an XRC target goes into `xrcd`, or (NULL) the
+    /// XRC domain the CM keeps per device, as librdmacm does.
+    pub fn create_qp_in(
+        &self,
+        pd: *mut ibv_pd,
+        attr: &mut ibv_qp_init_attr,
+        xrcd: *mut ibv_xrcd,
+    ) -> Result<()> {
+        use ibv_qp_type::{IBV_QPT_XRC_RECV, IBV_QPT_XRC_SEND};
         let raw = self.raw.read();
         if raw.verbs.is_null() || !raw.qp.is_null() {
             return Err(Errno::EINVAL);
@@ -67,17 +81,28 @@ impl CmId {
         {
             return Err(Errno::EINVAL);
         }
-        if attr.srq.is_null() {
+        let (xrc_send, xrc_recv) = (attr.qp_type == IBV_QPT_XRC_SEND, attr.qp_type == IBV_QPT_XRC_RECV);
+        if attr.srq.is_null() && !xrc_send && !xrc_recv {
             attr.srq = raw.srq; // the id's SRQ (rdma_create_srq) feeds its QP
         }
+        let owner = if xrc_recv {
+            qp::Owner::Xrcd(match xrcd.is_null() {
+                true => cm_xrcd(raw.verbs)?,
+                false => objects().xrcds.get(xrcd)?,
+            })
+        } else {
+            qp::Owner::Pd(pdo.clone())
+        };
         let mut made = Made::default();
         let r = (|| -> Result<_> {
             let mut send = (raw.send_cq_channel, raw.send_cq);
             let mut recv = (raw.recv_cq_channel, raw.recv_cq);
-            if attr.send_cq.is_null() && send.1.is_null() {
+            // An XRC target completes nothing of its own, but its SRQs (rdma_create_srq) use
+            // the id's receive CQ; an XRC initiator has no receives.
+            if attr.send_cq.is_null() && send.1.is_null() && !xrc_recv {
                 send = made.cq_with_channel(self, attr.cap.max_send_wr)?;
             }
-            if attr.recv_cq.is_null() && recv.1.is_null() {
+            if attr.recv_cq.is_null() && recv.1.is_null() && !xrc_send {
                 recv = made.cq_with_channel(self, attr.cap.max_recv_wr)?;
             }
             if attr.send_cq.is_null() {
@@ -86,7 +111,7 @@ impl CmId {
             if attr.recv_cq.is_null() {
                 attr.recv_cq = recv.1;
             }
-            let qp = Qp::create(pdo.clone(), attr)?;
+            let qp = Qp::create_in(owner, attr)?;
             if let Err(e) = qp::lookup(qp).and_then(|q| {
                 self.watch_qp(&q);
                 ready(&q, raw.port_num)
@@ -124,15 +149,24 @@ impl CmId {
     /// `rdma_destroy_qp`: the QP (unless the caller already destroyed it, as rping does) and the
     /// CQs and channels created for the id.
     pub fn destroy_qp(&self) {
-        let qp = self.raw.read().qp;
-        if !qp.is_null() {
-            let _ = Qp::destroy(qp);
+        let raw = self.raw.read();
+        if !raw.qp.is_null() {
+            let _ = Qp::destroy(raw.qp);
         }
+        // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
+        self.set_raw(|r| unsafe { (*r).qp = std::ptr::null_mut() });
+        // An XRC target's SRQ completes on the id's receive CQ: it goes with the SRQ.
+        if raw.qp_type != ibv_qp_type::IBV_QPT_XRC_RECV || raw.srq.is_null() {
+            self.release_cqs();
+        }
+    }
+
+    /// Destroys the CQs and channels created for the id.
+    fn release_cqs(&self) {
         let (cqs, chs) = self.take_owned();
         // SAFETY: raw reads and writes of single fields of the live id (C reads it meanwhile),
         // under its state lock (set_raw).
         self.set_raw(|r| unsafe {
-            (*r).qp = std::ptr::null_mut();
             if cqs.contains(&((*r).send_cq as usize)) {
                 (*r).send_cq = std::ptr::null_mut();
                 (*r).send_cq_channel = std::ptr::null_mut();
@@ -145,16 +179,67 @@ impl CmId {
         Made { cqs, channels: chs }.undo();
     }
 
-    /// `rdma_create_srq` (basic SRQs; XRC SRQs are not supported).
+    /// `rdma_create_srq`: a basic SRQ, or for an XRC target's id an XRC one.
     pub fn create_srq(&self, pd: *mut ibv_pd, attr: &mut ibv_srq_init_attr) -> Result<()> {
+        use ibv_srq_init_attr_mask as m;
+        // SAFETY: all-zero is a valid ibv_srq_init_attr_ex.
+        let mut ex: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        ex.srq_context = attr.srq_context;
+        ex.attr = crate::handle::pod_copy(&attr.attr);
+        ex.comp_mask = m::IBV_SRQ_INIT_ATTR_TYPE.0 | m::IBV_SRQ_INIT_ATTR_PD.0;
+        ex.srq_type = if self.raw.read().qp_type == ibv_qp_type::IBV_QPT_XRC_RECV {
+            ibv_srq_type::IBV_SRQT_XRC
+        } else {
+            ibv_srq_type::IBV_SRQT_BASIC
+        };
+        ex.pd = pd;
+        self.create_srq_ex(&mut ex)?;
+        attr.attr = ex.attr;
+        Ok(())
+    }
+
+    /// `rdma_create_srq_ex`: the PD defaults to the id's; an XRC SRQ goes into the CM's XRC
+    /// domain and completes on the id's receive CQ (created if missing), as librdmacm does.
+    pub fn create_srq_ex(&self, a: &mut ibv_srq_init_attr_ex) -> Result<()> {
+        use ibv_srq_init_attr_mask as m;
         let raw = self.raw.read();
-        if !raw.srq.is_null() {
+        if !raw.srq.is_null() || a.comp_mask & m::IBV_SRQ_INIT_ATTR_TYPE.0 == 0 {
             return Err(Errno::EINVAL);
         }
-        let pd = objects().pds.get(if pd.is_null() { raw.pd } else { pd })?;
-        let srq = Srq::create(pd, attr.srq_context, &mut attr.attr)?;
-        // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
-        self.set_raw(|r| unsafe { (*r).srq = srq });
+        if a.comp_mask & m::IBV_SRQ_INIT_ATTR_PD.0 == 0 || a.pd.is_null() {
+            a.pd = raw.pd;
+            a.comp_mask |= m::IBV_SRQ_INIT_ATTR_PD.0;
+        }
+        let mut made = Made::default();
+        if a.srq_type == ibv_srq_type::IBV_SRQT_XRC {
+            if a.comp_mask & m::IBV_SRQ_INIT_ATTR_XRCD.0 == 0 || a.xrcd.is_null() {
+                a.xrcd = cm_xrcd(raw.verbs)?.raw.as_ptr();
+            }
+            if a.comp_mask & m::IBV_SRQ_INIT_ATTR_CQ.0 == 0 || a.cq.is_null() {
+                a.cq = match raw.recv_cq.is_null() {
+                    false => raw.recv_cq,
+                    true => made.cq_with_channel(self, a.attr.max_wr)?.1,
+                };
+            }
+            a.comp_mask |= m::IBV_SRQ_INIT_ATTR_XRCD.0 | m::IBV_SRQ_INIT_ATTR_CQ.0;
+        }
+        let srq = match Srq::create_ex(a) {
+            Ok(s) => s,
+            Err(e) => {
+                made.undo();
+                return Err(e);
+            }
+        };
+        self.record_owned(&made.cqs, &made.channels);
+        let (ch, cq) = (made.channels.first().copied(), made.cqs.first().copied());
+        // SAFETY: raw writes of single fields of the live id, under its state lock (set_raw).
+        self.set_raw(|r| unsafe {
+            (*r).srq = srq;
+            if let (Some(ch), Some(cq)) = (ch, cq) {
+                (*r).recv_cq = cq as *mut ibv_cq;
+                (*r).recv_cq_channel = ch as *mut ibv_comp_channel;
+            }
+        });
         Ok(())
     }
 
@@ -166,6 +251,10 @@ impl CmId {
         }
         // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
         self.set_raw(|r| unsafe { (*r).srq = std::ptr::null_mut() });
+        let raw = self.raw.read();
+        if raw.qp_type == ibv_qp_type::IBV_QPT_XRC_RECV && raw.qp.is_null() {
+            self.release_cqs(); // kept for the SRQ by destroy_qp
+        }
     }
 }
 
@@ -285,6 +374,28 @@ impl CmId {
         let qpp = self.raw.read().qp;
         qp::lookup(qpp).ok().map(|q| q.qpn)
     }
+}
+
+/// The XRC domain the CM opens for a device context (fd -1: private to this process), once
+/// per context and process generation.
+fn cm_xrcd(ctx: *mut ibv_context) -> Result<std::sync::Arc<Xrcd>> {
+    static XRCDS: PerProcess<std::sync::Mutex<Vec<(usize, usize)>>> =
+        PerProcess::new(|| std::sync::Mutex::new(Vec::new()));
+    let mut t = lock(XRCDS.get());
+    if let Some(x) = t.iter().find(|e| e.0 == ctx as usize).and_then(|e| objects().xrcds.get(e.1 as *const ibv_xrcd).ok()) {
+        return Ok(x);
+    }
+    let c = objects().contexts.get(ctx)?;
+    let a = ibv_xrcd_init_attr {
+        comp_mask: ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0
+            | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0,
+        fd: -1,
+        oflags: libc::O_CREAT,
+    };
+    let x = Xrcd::open(c, &a)?;
+    t.retain(|e| e.0 != ctx as usize);
+    t.push((ctx as usize, x as usize));
+    objects().xrcds.get(x)
 }
 
 /// INIT for connected QPs; INIT → RTR → RTS with `RDMA_UDP_QKEY` for UD QPs.

@@ -214,6 +214,16 @@ add(Scenario(
     not_ready=r"rdma_connect: Connection refused",
     expect=[("both", r"end 0\s*$")],
 ))
+add(Scenario(
+    name="rdma-xserver-x", issue=13,
+    title="rdma_xserver / rdma_xclient -c x: XRC over RDMA_PS_IB (XRC SRQ, its number in the "
+          "private data, a SEND naming it)",
+    server=["rdma_xserver", "-p", "{port}", "-c", "x"],
+    client=["rdma_xclient", "-s", "{host}", "-p", "{port}", "-c", "x"],
+    port=7528,
+    not_ready=r"rdma_connect: Connection refused",
+    expect=[("both", r"end 0\s*$")],
+))
 
 for prog, suffix, extra, title, issue, port in [
         ("rc", "", [], "ibv_rc_pingpong -g 0: raw RC verbs, TCP side channel", 5, 7516),
