@@ -14,15 +14,15 @@
 //! sends the datagram that wakes the progress thread. A futex wake-up between processes costs
 //! a few microseconds; the datagram and `epoll_wait` path several times that.
 
+use super::bell::SLEEP_EPOLL;
 pub use super::bell::{Bell, BellWord};
-use super::bell::{DIRECT_ASLEEP, DIRECT_RUNG, SLEEP_DIRECT, SLEEP_EPOLL};
+pub use super::direct::Direct;
+use super::direct::Linger;
 use crate::errno::{check, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{
-    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -61,66 +61,22 @@ pub struct Engine {
     deadline: Mutex<Option<std::time::Instant>>,
     timers: Mutex<Vec<(Instant, Timer)>>,
     epfd: OwnedFd,
-    bell: Bell,
+    pub(super) bell: Bell,
     handlers: Mutex<HashMap<RawFd, Handler>>,
     parkable: Mutex<HashMap<RawFd, ParkHandler>>,
     /// Parkable descriptors whose watch is disarmed until their handler takes them up.
     parked: Mutex<Vec<RawFd>>,
     pollables: Mutex<Vec<Weak<dyn Pollable>>>,
     /// A thread holds the direct-wait slot ([`Engine::direct`]).
-    direct_busy: AtomicBool,
+    pub(super) direct_busy: AtomicBool,
+    /// The direct role kept after a direct wait (see `direct`).
+    pub(super) linger: Linger,
     /// The progress thread naps without advertising sleep (an application polls).
     napping: AtomicBool,
     /// Bumped by every blocking wait for a completion event: an application that waits for
     /// events is not busy-polling, even if it polls its CQ between events, so the thread does
     /// not nap (a nap would only be ended by a kick when the CQ is armed again).
-    event_waits: AtomicU64,
-}
-
-/// The right to be the thread a peer's doorbell wakes (one per process at a time, so a ring
-/// wakes one thread): taken by a thread about to wait for a completion event.
-pub struct Direct {
-    e: &'static Engine,
-    /// `SLEEP_DIRECT` was advertised by `prepare`.
-    advertised: Cell<bool>,
-}
-
-impl super::fdqueue::SharedSleep for Direct {
-    fn word(&self) -> &'static AtomicU32 {
-        &self.e.bell.word().seq
-    }
-
-    fn prepare(&self) -> u32 {
-        self.e.event_waits.fetch_add(1, Ordering::Relaxed);
-        let w = self.e.bell.word();
-        let seen = w.seq.load(Ordering::SeqCst);
-        // The rings that came so far are seen by the run below: forget them.
-        let _ = w.waiting.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
-            Some((v | SLEEP_DIRECT | DIRECT_ASLEEP) & !DIRECT_RUNG)
-        });
-        self.advertised.set(true);
-        // Pairs with the fence in `ring`: a peer that published before the advertisement is
-        // seen by the run below, one that publishes after it finds the bits (and bumps `seq`
-        // if it wakes us, so the wait that follows returns at once).
-        fence(Ordering::SeqCst);
-        self.e.poll_as_progress();
-        seen
-    }
-}
-
-impl Drop for Direct {
-    fn drop(&mut self) {
-        if self.advertised.get() {
-            let bits = SLEEP_DIRECT | DIRECT_ASLEEP | DIRECT_RUNG;
-            let was = self.e.bell.word().waiting.fetch_and(!bits, Ordering::SeqCst);
-            if was & DIRECT_RUNG != 0 {
-                // A ring came after our last run and woke nobody else: what it announced is
-                // ours to run. Later rings find the bits gone and wake the progress thread.
-                self.e.poll_as_progress();
-            }
-        }
-        self.e.direct_busy.store(false, Ordering::Release);
-    }
+    pub(super) event_waits: AtomicU64,
 }
 
 /// The engine of one process generation (see `fork`): a forked child gets its own.
@@ -204,6 +160,7 @@ impl Engine {
             parked: Mutex::new(Vec::new()),
             pollables: Mutex::new(Vec::new()),
             direct_busy: AtomicBool::new(false),
+            linger: Linger::default(),
             napping: AtomicBool::new(false),
             event_waits: AtomicU64::new(0),
         });
@@ -317,12 +274,12 @@ impl Engine {
         self.direct_busy
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| Direct { e: self, advertised: Cell::new(false) })
+            .map(|_| Direct::new(self))
     }
 
     /// Runs every pollable on this thread in the progress thread's role (it must not wait for
     /// a peer), as the progress thread does when its doorbell rings.
-    fn poll_as_progress(&self) -> bool {
+    pub(super) fn poll_as_progress(&self) -> bool {
         let was = ON_PROGRESS_THREAD.with(|c| c.replace(true));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.poll_all()));
         ON_PROGRESS_THREAD.with(|c| c.set(was));
@@ -431,15 +388,23 @@ impl Engine {
     }
 
     fn poll_all(&self) -> bool {
-        let list: Vec<Arc<dyn Pollable>> = {
+        thread_local! {
+            /// The list a pass works through, kept for its capacity (a spinning waiter passes
+            /// often); a nested pass takes a new one.
+            static LIST: Cell<Vec<Arc<dyn Pollable>>> = const { Cell::new(Vec::new()) };
+        }
+        let mut list = LIST.with(|l| l.take());
+        {
             let mut l = self.pollables.lock().unwrap_or_else(|e| e.into_inner());
             l.retain(|w| w.strong_count() > 0);
-            l.iter().filter_map(|w| w.upgrade()).collect()
-        };
+            list.extend(l.iter().filter_map(|w| w.upgrade()));
+        }
         let mut work = false;
-        for p in list {
+        for p in &list {
             work |= p.progress();
         }
+        list.clear();
+        LIST.with(|l| l.set(list));
         work
     }
 
@@ -456,6 +421,9 @@ impl Engine {
             let app_polling = epoch != last_epoch
                 && waits == last_waits
                 && ARMED_CQS.load(Ordering::Relaxed) == 0;
+            // An application in an event loop: a direct waiter may linger (see `direct`), and
+            // this thread bounds the linger, so it never sleeps without a timeout meanwhile.
+            let event_loop = waits != last_waits;
             last_epoch = epoch;
             last_waits = waits;
             let waiting = &self.bell.word().waiting;
@@ -477,8 +445,12 @@ impl Engine {
                 if self.poll_all() {
                     waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
                     0
-                } else if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-                    APP_POLLING_CHECK_MS // parked meanwhile by an application (`park`)
+                } else if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+                    || event_loop
+                    || !self.linger.may_sleep_forever()
+                {
+                    // Parked meanwhile by an application (`park`), or a linger to bound.
+                    APP_POLLING_CHECK_MS
                 } else {
                     -1
                 }
@@ -499,6 +471,8 @@ impl Engine {
             };
             self.napping.store(false, Ordering::SeqCst);
             waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
+            self.linger.woke();
+            super::direct::end_stale_linger(self);
             self.fire_timers();
             for ev in events.iter().take(n.max(0) as usize) {
                 let token = ev.u64;
@@ -540,6 +514,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::bell::{DIRECT_ASLEEP, DIRECT_RUNG, SLEEP_DIRECT};
     use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
 

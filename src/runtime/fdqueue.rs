@@ -14,13 +14,21 @@
 //! public fd readable with nothing to fetch.
 //!
 //! A waiter may sleep on a shared word instead ([`SharedSleep`], the doorbell of
-//! `engine::Direct`): peers' rings wake it there, and a push wakes it there too.
+//! `engine::Direct`): peers' rings wake it there, and a push wakes it there too. Such a
+//! waiter first spins for a while ([`super::spin`]), doing the rings' work itself; what it
+//! pushes to the queue it waits on meanwhile does not touch the eventfd (nobody else could take
+//! it before this thread does), so an event found spinning costs no system call.
 
 use crate::errno::{check, Errno, Result};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+thread_local! {
+    /// The queue this thread spins on in `pop_wait_via` (its address), 0 when none.
+    static SPINNING_ON: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 pub struct FdQueue<T> {
     efd: OwnedFd,
@@ -31,6 +39,8 @@ pub struct FdQueue<T> {
 
 struct Inner<T> {
     items: VecDeque<T>,
+    /// The eventfd's counter is 1 (the fd is readable).
+    signalled: bool,
     /// Threads in (or about to enter) `FUTEX_WAIT` on `pushes`.
     waiters: usize,
     /// Shared words a waiter sleeps on instead (see [`SharedSleep`]), one entry per waiter.
@@ -65,6 +75,11 @@ pub trait SharedSleep {
     /// Advertises the sleeper to peers, then does the work a ring would ask for (which may push
     /// to this queue); returns the word's value to sleep on, read before advertising.
     fn prepare(&self) -> u32;
+    /// Does the rings' work once without sleeping, with peers told that a thread of ours will
+    /// look (so their rings need no system call); `false` if this sleeper cannot spin.
+    fn spin(&self) -> bool {
+        false
+    }
 }
 
 impl<T> FdQueue<T> {
@@ -75,7 +90,12 @@ impl<T> FdQueue<T> {
         let efd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(FdQueue {
             efd,
-            inner: Mutex::new(Inner { items: VecDeque::new(), waiters: 0, shared: Vec::new() }),
+            inner: Mutex::new(Inner {
+                items: VecDeque::new(),
+                signalled: false,
+                waiters: 0,
+                shared: Vec::new(),
+            }),
             pushes: AtomicU32::new(0),
         })
     }
@@ -88,21 +108,35 @@ impl<T> FdQueue<T> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Makes the fd not readable (called when the queue turns empty, under the lock). The
-    /// counter is 1 then, so the read returns at once.
-    fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
-        unsafe { libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    /// Makes the fd readable exactly while items are pending (under the lock). A read only
+    /// happens with the counter at 1, so it returns at once.
+    fn signal(&self, g: &mut Inner<T>) {
+        let want = !g.items.is_empty();
+        if want == g.signalled {
+            return;
+        }
+        let mut v: u64 = 1;
+        // SAFETY: writing or reading 8 bytes from a valid u64 to or from our eventfd.
+        unsafe {
+            if want {
+                libc::write(self.efd.as_raw_fd(), (&v as *const u64).cast(), 8);
+            } else {
+                libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8);
+            }
+        }
+        g.signalled = want;
+    }
+
+    fn addr(&self) -> usize {
+        self as *const Self as usize
     }
 
     pub fn push(&self, item: T) {
         let mut g = self.inner();
         g.items.push_back(item);
-        if g.items.len() == 1 {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
-            unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        // The thread spinning on this queue pushes what it takes right after: no eventfd trip.
+        if SPINNING_ON.with(|c| c.get()) != self.addr() {
+            self.signal(&mut g);
         }
         // The words change under the lock (a waiter reads them under it, so it cannot miss the
         // change); the wake-ups come after it is dropped, or each woken waiter would sleep again
@@ -136,9 +170,7 @@ impl<T> FdQueue<T> {
     /// wait (`EAGAIN` if the fd is non-blocking). Called with the lock held.
     fn take_or_check(&self, g: &mut Inner<T>, check_fl: bool) -> Result<Option<T>> {
         if let Some(item) = g.items.pop_front() {
-            if g.items.is_empty() {
-                self.clear();
-            }
+            self.signal(g);
             return Ok(Some(item));
         }
         if !check_fl {
@@ -156,6 +188,11 @@ impl<T> FdQueue<T> {
     /// there too), after letting it prepare with no lock held. The `EINTR`/`SA_RESTART` rule is
     /// the same: both are `FUTEX_WAIT`.
     pub fn pop_wait_via(&self, via: Option<&dyn SharedSleep>) -> Result<T> {
+        if let Some(v) = via {
+            if let Some(item) = self.spin_for(v)? {
+                return Ok(item);
+            }
+        }
         loop {
             let prepared = match via {
                 Some(v) => {
@@ -208,14 +245,42 @@ impl<T> FdQueue<T> {
         }
     }
 
+    /// The spinning phase of [`FdQueue::pop_wait_via`]: polls through `via` for the process's
+    /// window (an item at once, `EAGAIN` on a non-blocking fd, or `None` to go to sleep).
+    fn spin_for(&self, via: &dyn SharedSleep) -> Result<Option<T>> {
+        if let Some(item) = self.take_or_check(&mut self.inner(), true)? {
+            return Ok(Some(item));
+        }
+        let spin = super::spin::process();
+        let window = spin.window();
+        if window.is_zero() {
+            return Ok(None);
+        }
+        let end = std::time::Instant::now() + window;
+        let was = SPINNING_ON.with(|c| c.replace(self.addr()));
+        let found = loop {
+            let polled = via.spin();
+            if let Some(item) = self.take_or_check(&mut self.inner(), false)? {
+                break Some(item);
+            }
+            if !polled || std::time::Instant::now() >= end {
+                break None;
+            }
+            std::hint::spin_loop();
+        };
+        SPINNING_ON.with(|c| c.set(was));
+        spin.record(found.is_some());
+        Ok(found)
+    }
+
     /// Removes and returns the pending items that `pick` selects, keeping the others in order.
     pub fn take(&self, mut pick: impl FnMut(&T) -> bool) -> Vec<T> {
         let mut g = self.inner();
         let was_empty = g.items.is_empty();
         let (taken, kept): (Vec<T>, Vec<T>) = g.items.drain(..).partition(|i| pick(i));
         g.items.extend(kept);
-        if !was_empty && g.items.is_empty() {
-            self.clear();
+        if !was_empty {
+            self.signal(&mut g);
         }
         taken
     }

@@ -6,6 +6,7 @@
 pub mod accept;
 pub mod access;
 pub mod bell;
+pub mod direct;
 pub mod engine;
 pub mod fdqueue;
 pub mod fork;
@@ -14,5 +15,6 @@ pub mod maps;
 pub mod pcap;
 pub mod shm;
 pub mod socket;
+pub mod spin;
 pub mod udp;
 pub mod unix;
