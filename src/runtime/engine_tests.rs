@@ -1,0 +1,226 @@
+//! Tests of the progress engine: the direct waiter and doorbells, parked watches.
+
+use super::*;
+use crate::runtime::bell::{DIRECT_ASLEEP, DIRECT_RUNG, SLEEP_DIRECT};
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+/// A connected pair of non-blocking unix datagram sockets.
+fn socket_pair() -> (OwnedFd, OwnedFd) {
+    let mut sv = [0; 2];
+    let kind = libc::SOCK_DGRAM | libc::SOCK_NONBLOCK;
+    // SAFETY: socketpair(2) writes two descriptors into sv.
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, sv.as_mut_ptr()) };
+    assert_eq!(r, 0);
+    // SAFETY: both were just created and are owned here.
+    unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) }
+}
+
+fn send_byte(a: &OwnedFd) -> isize {
+    // SAFETY: one byte from a valid buffer to our own socket.
+    unsafe { libc::send(a.as_raw_fd(), b"x".as_ptr().cast(), 1, libc::MSG_DONTWAIT) }
+}
+
+fn drain_socket(raw: RawFd) {
+    let mut buf = [0u8; 8];
+    // SAFETY: reading into a valid buffer from our own socket.
+    while unsafe { libc::recv(raw, buf.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) } > 0 {}
+}
+
+/// Whether `what` holds within 5 s.
+fn wait_until(what: &dyn Fn() -> bool) -> bool {
+    let t = Instant::now();
+    while !what() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    what()
+}
+
+/// While a direct waiter is in its wait, rings go to it alone: the first wakes it, later
+/// ones are only noted for it; once it left they wake the progress thread, once; a busy
+/// owner gets nothing.
+#[test]
+fn a_ring_wakes_the_direct_waiter_before_the_progress_thread() {
+    let b = Bell::create().expect("bell");
+    let w = b.word();
+    let pending = || {
+        let mut buf = [0u8; 4];
+        let rx = b.rx_fd();
+        // SAFETY: receiving into a valid buffer of its length, without waiting.
+        unsafe { libc::recv(rx, buf.as_mut_ptr().cast(), 4, libc::MSG_DONTWAIT) > 0 }
+    };
+    let direct = SLEEP_DIRECT | SLEEP_EPOLL;
+    w.waiting.store(direct | DIRECT_ASLEEP, Ordering::SeqCst);
+    let seq = w.seq.load(Ordering::SeqCst);
+    b.ring();
+    assert_eq!(w.waiting.load(Ordering::SeqCst), direct | DIRECT_RUNG);
+    assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1), "the futex word moved");
+    assert!(!pending(), "no datagram for the direct waiter");
+    b.ring();
+    assert_eq!(w.waiting.load(Ordering::SeqCst), direct | DIRECT_RUNG, "noted once");
+    assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1), "awake: not woken again");
+    assert!(!pending(), "the direct waiter runs it: no datagram");
+    w.waiting.store(SLEEP_EPOLL, Ordering::SeqCst); // the waiter left
+    b.ring();
+    assert_eq!(w.waiting.load(Ordering::SeqCst), 0);
+    assert!(pending(), "a datagram for the progress thread");
+    b.ring();
+    assert_eq!(w.seq.load(Ordering::SeqCst), seq.wrapping_add(1));
+    assert!(!pending(), "nobody asleep: no wake-up");
+}
+
+struct Flag {
+    ready: AtomicBool,
+    q: Arc<crate::runtime::fdqueue::FdQueue<u32>>,
+}
+
+impl Pollable for Flag {
+    fn progress(&self) -> bool {
+        let ready = self.ready.swap(false, Ordering::SeqCst);
+        if ready {
+            self.q.push(7);
+        }
+        ready
+    }
+}
+
+/// A waiter holding the direct slot, woken by a ring of our doorbell (as a peer rings it
+/// after publishing), runs the pollables and takes what they produced; the advertisement
+/// outlives it only by a bounded linger. Whichever thread runs the pollable, no wake-up is lost.
+#[test]
+fn a_direct_waiter_is_woken_by_a_ring() {
+    let e = engine().expect("engine");
+    let q = Arc::new(crate::runtime::fdqueue::FdQueue::new().expect("queue"));
+    let f = Arc::new(Flag { ready: AtomicBool::new(false), q: q.clone() });
+    let weak: Weak<dyn Pollable> = Arc::downgrade(&f) as Weak<dyn Pollable>;
+    e.add_pollable(weak);
+    let d = loop {
+        match e.direct() {
+            Some(d) => break d,
+            None => std::thread::yield_now(), // another test holds it
+        }
+    };
+    let f2 = f.clone();
+    let t = std::thread::spawn(move || {
+        let w = e.bell().word();
+        while w.waiting.load(Ordering::SeqCst) & SLEEP_DIRECT == 0 {
+            std::thread::yield_now();
+        }
+        f2.ready.store(true, Ordering::SeqCst);
+        e.bell().ring();
+    });
+    let got = q.pop_wait_via(Some(&d));
+    t.join().expect("ringer");
+    drop(d);
+    assert_eq!(got, Ok(7));
+    // The role lingers (SLEEP_DIRECT alone, see `direct`) and the progress thread ends the
+    // linger within about LINGER_MAX.
+    let waiting = &e.bell().word().waiting;
+    assert_eq!(waiting.load(Ordering::SeqCst) & (DIRECT_ASLEEP | DIRECT_RUNG), 0);
+    let bits = SLEEP_DIRECT | DIRECT_ASLEEP | DIRECT_RUNG;
+    assert!(wait_until(&|| waiting.load(Ordering::SeqCst) & bits == 0), "the linger ends");
+    assert!(e.direct().is_some(), "the slot is free again");
+}
+
+/// A parked descriptor is not reported again while parked, is asked about (mask 0) while
+/// parked, and is reported again once its handler takes it up and it is readable.
+#[test]
+fn a_parked_watch_is_asked_again_and_rearmed() {
+    let e = engine().expect("engine");
+    let (a, b) = socket_pair();
+    let events = Arc::new(AtomicUsize::new(0));
+    let checks = Arc::new(AtomicUsize::new(0));
+    let park = Arc::new(AtomicBool::new(true));
+    let (ev2, ch2, park2, raw) = (events.clone(), checks.clone(), park.clone(), b.as_raw_fd());
+    e.watch_parkable(
+        raw,
+        Arc::new(move |mask| {
+            if mask == 0 {
+                ch2.fetch_add(1, Ordering::SeqCst);
+            } else {
+                ev2.fetch_add(1, Ordering::SeqCst);
+            }
+            if park2.load(Ordering::SeqCst) {
+                return false;
+            }
+            drain_socket(raw);
+            true
+        }),
+    )
+    .expect("watch");
+    let send = || send_byte(&a);
+    send();
+    assert!(wait_until(&|| events.load(Ordering::SeqCst) == 1), "reported once");
+    assert!(wait_until(&|| checks.load(Ordering::SeqCst) >= 3), "asked again while parked");
+    send(); // still parked: no new report
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(events.load(Ordering::SeqCst), 1, "a parked watch reports nothing");
+    park.store(false, Ordering::SeqCst);
+    assert!(
+        wait_until(&|| {
+            // Parked, it is asked at least every APP_POLLING_CHECK_MS.
+            let c = checks.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis((3 * APP_POLLING_CHECK_MS).max(5) as u64));
+            checks.load(Ordering::SeqCst) == c
+        }),
+        "taken up: no more checks"
+    );
+    send();
+    assert!(wait_until(&|| events.load(Ordering::SeqCst) == 2), "re-armed: reported again");
+    e.unwatch(raw);
+}
+
+/// An application parks a watch itself (no report while parked, though it is still asked
+/// about it) and unparks it (reported at once for what waited), any number of times; the
+/// progress thread taking a descriptor up never leaves it disarmed and unlisted.
+#[test]
+fn an_application_parks_and_unparks_a_watch() {
+    let e = engine().expect("engine");
+    let (a, b) = socket_pair();
+    let events = Arc::new(AtomicUsize::new(0));
+    let polling = Arc::new(AtomicBool::new(false));
+    let (ev2, poll2, raw) = (events.clone(), polling.clone(), b.as_raw_fd());
+    e.watch_parkable(
+        raw,
+        Arc::new(move |mask| {
+            if poll2.load(Ordering::SeqCst) {
+                return false; // the application reads it
+            }
+            if mask != 0 {
+                ev2.fetch_add(1, Ordering::SeqCst);
+            }
+            drain_socket(raw);
+            true
+        }),
+    )
+    .expect("watch");
+    let send = || send_byte(&a);
+    for round in 0..50 {
+        let before = events.load(Ordering::SeqCst);
+        polling.store(true, Ordering::SeqCst);
+        e.park(raw);
+        send();
+        std::thread::sleep(Duration::from_micros(300));
+        let seen = events.load(Ordering::SeqCst);
+        assert_eq!(seen, before, "round {round}: parked, nothing reported");
+        polling.store(false, Ordering::SeqCst);
+        e.unpark(raw);
+        // Taken up: by the unpark's re-arming, or by the progress thread's look at the
+        // parked ones (which drains without a report); either way the socket is read.
+        assert!(
+            wait_until(&|| {
+                let mut buf = [0u8; 8];
+                // SAFETY: peeking into a valid buffer on our own socket.
+                let n = unsafe {
+                    libc::recv(raw, buf.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT | libc::MSG_PEEK)
+                };
+                n < 0
+            }),
+            "round {round}: read once unparked"
+        );
+        let mid = events.load(Ordering::SeqCst);
+        send();
+        assert!(wait_until(&|| events.load(Ordering::SeqCst) > mid), "round {round}: armed");
+    }
+    e.unwatch(raw);
+}
