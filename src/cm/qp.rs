@@ -6,12 +6,12 @@
 
 use super::id::{gid_of_addr, lock, sgid_index_of, CmId, ConnParams};
 use crate::errno::{Errno, Result};
+use crate::runtime::fork::PerProcess;
 use crate::sys::*;
 use crate::verbs::cq::{CompChannel, Cq};
 use crate::verbs::device;
 use crate::verbs::objects;
 use crate::verbs::qp::{self, Qp};
-use crate::runtime::fork::PerProcess;
 use crate::verbs::srq::Srq;
 use crate::verbs::xrcd::Xrcd;
 
@@ -81,7 +81,8 @@ impl CmId {
         {
             return Err(Errno::EINVAL);
         }
-        let (xrc_send, xrc_recv) = (attr.qp_type == IBV_QPT_XRC_SEND, attr.qp_type == IBV_QPT_XRC_RECV);
+        let (xrc_send, xrc_recv) =
+            (attr.qp_type == IBV_QPT_XRC_SEND, attr.qp_type == IBV_QPT_XRC_RECV);
         if attr.srq.is_null() && !xrc_send && !xrc_recv {
             attr.srq = raw.srq; // the id's SRQ (rdma_create_srq) feeds its QP
         }
@@ -382,7 +383,11 @@ fn cm_xrcd(ctx: *mut ibv_context) -> Result<std::sync::Arc<Xrcd>> {
     static XRCDS: PerProcess<std::sync::Mutex<Vec<(usize, usize)>>> =
         PerProcess::new(|| std::sync::Mutex::new(Vec::new()));
     let mut t = lock(XRCDS.get());
-    if let Some(x) = t.iter().find(|e| e.0 == ctx as usize).and_then(|e| objects().xrcds.get(e.1 as *const ibv_xrcd).ok()) {
+    if let Some(x) = t
+        .iter()
+        .find(|e| e.0 == ctx as usize)
+        .and_then(|e| objects().xrcds.get(e.1 as *const ibv_xrcd).ok())
+    {
         return Ok(x);
     }
     let c = objects().contexts.get(ctx)?;
