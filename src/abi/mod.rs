@@ -5,7 +5,8 @@
 //!   type: `MinusOne` (0 / −1 + errno), `Value<T>` (a value / −1 + errno), `NullOr<T>` (pointer /
 //!   NULL + errno), `PositiveErrno` (0 / a positive errno, as most `ibv_*` calls), `ReregCode`
 //!   (`ibv_rereg_mr`'s error codes), `Nothing`
-//!   (void; errno set on error) and `Infallible<T>` (a plain value; errors give `T::default()`).
+//!   (void; errno set on error), `Infallible<T>` (a plain value; errors give `T::default()`) and
+//!   `Forward<C>` (a forwarded call's own C return value; our errors in `C`'s convention).
 //!
 //! No logic lives here: bodies look up handles and call into `cm`/`verbs`.
 
@@ -18,6 +19,8 @@ pub mod rsocket;
 pub mod verbs;
 pub mod verbs_dm;
 pub mod verbs_ex;
+pub mod verbs_inline;
+pub mod verbs_inline_wr;
 pub mod verbs_util;
 
 /// Registers this layer's ops tables with verbs, which fills every context with them. Idempotent;
@@ -181,6 +184,21 @@ impl<T: Default> Convention for Infallible<T> {
             e.set();
             T::default()
         })
+    }
+}
+
+/// The C return value of the function a call forwarded to, handed back unchanged (errno as that
+/// function left it); an error of the forwarder itself (a NULL or dead handle, a missing op)
+/// in `C`'s convention. For the formerly inline calls of verbs.h ([`verbs_inline`]).
+pub struct Forward<C>(std::marker::PhantomData<C>);
+impl<C: Convention> Convention for Forward<C> {
+    type Ok = C::C;
+    type C = C::C;
+    fn to_c(r: Result<C::C>) -> C::C {
+        match r {
+            Ok(v) => v,
+            Err(e) => C::to_c(Err(e)),
+        }
     }
 }
 

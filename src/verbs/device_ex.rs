@@ -7,6 +7,12 @@ use super::device;
 use crate::errno::{Errno, Result};
 use crate::sys::*;
 
+/// `ibv_is_qpt_supported`: whether bit `qpt` is set in a `supported_qpts` mask (a type beyond
+/// the mask's 32 bits is not supported, where C's shift would be undefined).
+pub fn qpt_supported(caps: u32, qpt: u32) -> bool {
+    1u32.checked_shl(qpt).is_some_and(|bit| caps & bit != 0)
+}
+
 /// `ibv_query_device_ex` answers: the legacy attributes plus completion timestamps (see
 /// `cq_ex`), CQ moderation (`cq_mod`), device memory (`dm`) and on-demand paging (`pages`). No
 /// TSO, RSS, packet pacing or tag matching.
@@ -85,6 +91,15 @@ pub fn port_attr_full(port: u8) -> Result<ibv_port_attr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qpt_bits() {
+        let rc_ud = (1 << ibv_qp_type::IBV_QPT_RC) | (1 << ibv_qp_type::IBV_QPT_UD);
+        assert!(qpt_supported(rc_ud, ibv_qp_type::IBV_QPT_UD));
+        assert!(!qpt_supported(rc_ud, ibv_qp_type::IBV_QPT_UC));
+        assert!(qpt_supported(u32::MAX, 31));
+        assert!(!qpt_supported(u32::MAX, 32), "beyond the mask");
+    }
 
     #[test]
     fn attr_ex() {

@@ -126,6 +126,24 @@ impl Mw {
         Ok(())
     }
 
+    /// The checks verbs.h's `ibv_bind_mw` makes before handing a bind to the provider, in its
+    /// order: a type 1 window (`EINVAL`), no range without an MR (`EINVAL`), an MR of the
+    /// window's PD (`EPERM`). An MR that is not a live one of ours is `EINVAL`.
+    pub fn bind_call_checks(&self, info: &ibv_mw_bind_info) -> Result<()> {
+        let raw = self.raw.read();
+        if raw.type_ != TYPE_1 {
+            return Err(Errno::EINVAL);
+        }
+        if info.mr.is_null() {
+            return if info.addr != 0 || info.length != 0 { Err(Errno::EINVAL) } else { Ok(()) };
+        }
+        let mr = objects().mrs.get(info.mr)?;
+        if mr.raw.read().pd != raw.pd {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
     fn set_raw_rkey(&self, rkey: u32) {
         let raw = self.raw.as_ptr();
         // SAFETY: raw is the live window's struct, ours; a single-field write under the

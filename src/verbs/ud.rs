@@ -10,6 +10,13 @@ pub use crate::provider::GRH_LEN;
 use crate::sys::*;
 use std::net::IpAddr;
 
+/// `ibv_flow_label_to_udp_sport`: the RoCEv2 UDP source port of a GRH flow label, as verbs.h
+/// folds it: the label's upper 6 of 20 bits XORed into its lower 14, in the range 0xC000..=0xFFFF.
+pub fn flow_label_to_udp_sport(fl: u32) -> u16 {
+    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
+    (low | 0xc000) as u16
+}
+
 /// The destination of a UD send through `ah`: the GIDs of its address vector (the source GID
 /// by index in the GID table, the first one if out of range).
 pub fn resolve(ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> UdDest {
@@ -58,4 +65,18 @@ pub fn ah_attr_from_wc(
         out.grh.flow_label = u32::from_be_bytes([g[0], g[1], g[2], g[3]]) & 0xfffff;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flow_label_to_udp_sport;
+
+    #[test]
+    fn udp_sport_folds_the_flow_label() {
+        assert_eq!(flow_label_to_udp_sport(0), 0xc000);
+        assert_eq!(flow_label_to_udp_sport(0x3fff), 0xffff);
+        assert_eq!(flow_label_to_udp_sport(0x4000), 0xc001, "bit 14 folds onto bit 0");
+        assert_eq!(flow_label_to_udp_sport(0xf_ffff), 0xffc0);
+        assert_eq!(flow_label_to_udp_sport(0xfff0_0000), 0xc000, "only 20 bits count");
+    }
 }
