@@ -89,9 +89,13 @@ fn is_mapped(start: usize, end: usize) -> bool {
 
 /// `ibv_advise_mr`: each SGE must lie in an ODP region of `pd` (with local write for
 /// `PREFETCH_WRITE`) and in memory that is there: `EFAULT` otherwise, as the man page says.
-/// `ENOTSUP` for an unknown advice, `EINVAL` for unknown flags.
+/// `ENOTSUP` for an unknown advice, `EINVAL` for unknown flags or an empty list (the kernel's
+/// SGE-list attribute has a minimum size of one entry).
 pub fn advise(pd: &Pd, advice: u32, flags: u32, sges: &[Sge]) -> Result<()> {
     use ib_uverbs_advise_mr_advice::*;
+    if sges.is_empty() {
+        return Err(Errno::EINVAL);
+    }
     let (need, populate) = match advice {
         IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH => (0, Some(libc::MADV_POPULATE_READ)),
         IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => {
