@@ -9,8 +9,8 @@ tcpdump captures a's link (UDP only; perftest's TCP side channel is not RoCE). T
   * tshark decodes every captured UDP packet as InfiniBand (every port the capture used is
     decoded as RoCEv2: our QPNs live on their own UDP ports), none malformed, no expert error;
   * the BTH opcodes seen include the ones the program must produce (RC SEND, RDMA WRITE
-    first/middle/last, READ request/responses, ACK, atomic + atomic ACK, UD SEND only), and no
-    opcode outside the program's transport;
+    first/middle/last, READ request/responses, ACK, atomic + atomic ACK, UD SEND only, UC SEND
+    and WRITE first/middle/last), and no opcode outside the program's transport;
   * the CM pair's MADs decode as InfiniBand CM (REQ, REP, RTU);
   * scapy's RoCE layer (scapy.contrib.roce) computes the same ICRC as every packet carries (and
     a different one once the packet's ICRC is changed, so the comparison is not vacuous);
@@ -44,13 +44,18 @@ from placement import gid_index  # noqa: E402
 
 TIMEOUT = 60
 
-# BTH opcodes (IBTA vol. 1, 9.2): transport in the top 3 bits (RC 0, UD 3), operation below.
+# BTH opcodes (IBTA vol. 1, 9.2): transport in the top 3 bits (RC 0, UC 1, UD 3), operation
+# below.
 OP = {0x00: "SEND First", 0x01: "SEND Middle", 0x02: "SEND Last", 0x03: "SEND Last Imm",
       0x04: "SEND Only", 0x05: "SEND Only Imm", 0x06: "WRITE First", 0x07: "WRITE Middle",
       0x08: "WRITE Last", 0x09: "WRITE Last Imm", 0x0a: "WRITE Only", 0x0b: "WRITE Only Imm",
       0x0c: "READ Request", 0x0d: "READ Response First", 0x0e: "READ Response Middle",
       0x0f: "READ Response Last", 0x10: "READ Response Only", 0x11: "ACK",
       0x12: "ATOMIC ACK", 0x13: "CmpSwap", 0x14: "FetchAdd",
+      0x20: "UC SEND First", 0x21: "UC SEND Middle", 0x22: "UC SEND Last",
+      0x23: "UC SEND Last Imm", 0x24: "UC SEND Only", 0x25: "UC SEND Only Imm",
+      0x26: "UC WRITE First", 0x27: "UC WRITE Middle", 0x28: "UC WRITE Last",
+      0x29: "UC WRITE Last Imm", 0x2a: "UC WRITE Only", 0x2b: "UC WRITE Only Imm",
       0x64: "UD SEND Only", 0x65: "UD SEND Only Imm"}
 
 
@@ -153,6 +158,7 @@ class Pair:
 
 
 RC_ALL = set(range(0x00, 0x15))
+UC_ALL = set(range(0x20, 0x2c))
 UD_ALL = {0x64, 0x65}
 
 
@@ -175,6 +181,15 @@ def pairs(gid_a, gid_b):
     out.append(Pair("ib_read_bw -s 64", s, c, {0x0c, 0x10}, RC_ALL, port=7608))
     s, c = perf("ib_atomic_bw", 7610, [])
     out.append(Pair("ib_atomic_bw", s, c, {0x14, 0x12}, RC_ALL, port=7610))
+    # UC: no ACKs at all (an RC opcode here would be a bug), 4 KiB messages at MTU 1024; WRITEs
+    # both ways (a ping-pong: the server's own capture must hold what it sent).
+    out.append(Pair("ibv_uc_pingpong", ["ibv_uc_pingpong", "-g", str(gid_a), "-p", "7614",
+                                        "-n", "20"],
+                    ["ibv_uc_pingpong", "-g", str(gid_b), "-p", "7614", "-n", "20", "{host}"],
+                    {0x20, 0x21, 0x22}, UC_ALL, port=7614))
+    s, c = perf("ib_write_lat", 7616, ["-s", "10000", "-c", "UC"])
+    out.append(Pair("ib_write_lat -c UC -s 10000", s, c, {0x26, 0x27, 0x28}, UC_ALL, port=7616))
+    # Last: its capture feeds the ICRC replay.
     out.append(Pair("ibv_ud_pingpong", ["ibv_ud_pingpong", "-g", str(gid_a), "-p", "7612",
                                         "-n", "20"],
                     ["ibv_ud_pingpong", "-g", str(gid_b), "-p", "7612", "-n", "20", "{host}"],

@@ -347,8 +347,8 @@ impl TransportQp for SoftQp {
         let cur = st.state;
         let (to, attr) = decide(cur)?;
         let xrc = !matches!(self.xrc, Xrc::None);
-        if (self.uc || xrc) && to == QpState::Rtr && super::rc_net::peer_is_remote(&attr) {
-            return Err(Errno::EOPNOTSUPP); // UC and XRC on the UDP path are not built (issue 13)
+        if xrc && to == QpState::Rtr && super::rc_net::peer_is_remote(&attr) {
+            return Err(Errno::EOPNOTSUPP); // XRC on the UDP path is not built (issue 13)
         }
         st.attr = attr;
         if let Some(l) = &st.link {

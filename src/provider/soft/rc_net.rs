@@ -1,4 +1,4 @@
-//! An RC QP whose peer is behind the network (another namespace or host): the choice of the
+//! An RC or UC QP whose peer is behind the network (another namespace or host): the choice of the
 //! link at RTR and the calls into its network path ([`super::net::rc::NetRc`]) from the QP's
 //! operations, under the QP's lock.
 
@@ -6,7 +6,7 @@ use super::net::rc::{Ctx, NetRc, Outcome};
 use super::net::{self, route};
 use super::qp::{Inner, SoftQp};
 use crate::provider::soft::roce::Packet;
-use crate::provider::soft::transport::RcConfig;
+use crate::provider::soft::transport::{RcConfig, Transport};
 use crate::provider::{QpAttrs, QpEvent, QpState, SendWqe};
 use crate::runtime::engine::engine;
 use std::net::SocketAddr;
@@ -38,6 +38,7 @@ impl SoftQp {
 
     fn rc_config(&self, a: &QpAttrs, mtu: u32) -> RcConfig {
         RcConfig {
+            transport: if self.uc { Transport::Uc } else { Transport::Rc },
             qpn: self.qpn,
             dest_qpn: a.dest_qp_num,
             sq_psn: a.sq_psn,

@@ -1,4 +1,4 @@
-//! An RC QP's network path: the transport engine ([`RcQp`]) joined to what the QP owns.
+//! An RC or UC QP's network path: the transport engine ([`RcQp`]) joined to what the QP owns.
 //!
 //! * `Memory` (`rc_mem.rs`): local lists are the SGLs (or inline data) of the requests and
 //!   receives the engine holds, named by a handle; every access is checked against the PD's MR
@@ -193,6 +193,10 @@ impl NetRc {
         if op.is_atomic() && len != 8 {
             return Err(IBV_WC_LOC_LEN_ERR);
         }
+        let uc = self.cfg.transport == t::Transport::Uc;
+        if uc && matches!(op, t::WrOp::SendInv(_)) {
+            return Err(IBV_WC_LOC_QP_OP_ERR); // UC has no SEND with invalidate on the wire
+        }
         let handle = self.book.get_mut().add(List::Send(w.payload));
         let wr = t::SendWr {
             wr_id: w.wr_id,
@@ -210,8 +214,8 @@ impl NetRc {
         // With requests outstanding, an ACK (or the retransmission timer) is due, and what it
         // brings sends the packets waiting in the slots (`flush_out`, `poll`): posts in a
         // stream leave together, as runs, instead of one system call each. A post onto an
-        // idle QP goes at once (latency).
-        let send_now = self.rc.req.outstanding() == 0;
+        // idle QP goes at once (latency), and so does every UC post: nothing answers UC.
+        let send_now = uc || self.rc.req.outstanding() == 0;
         // No timers here: ACKs may wait unread at the socket (the progress path reads first).
         Ok(self.push(ctx, rq, false, send_now))
     }

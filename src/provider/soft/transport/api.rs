@@ -1,6 +1,7 @@
 //! What the engine needs from the layer above (memory, receive queue, output) and the types it
 //! exchanges with it: work requests, completions, async events, QP configuration.
 
+pub use super::super::roce::opcode::Transport;
 use super::super::roce::Packet;
 
 /// Bytes of the GRH a UD receive reserves at the start of its buffer.
@@ -218,9 +219,13 @@ pub enum PostError {
     Invalid,
 }
 
-/// The attributes of an RC QP the engine uses (from `ibv_modify_qp`).
+/// The attributes of a connected QP the engine uses (from `ibv_modify_qp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RcConfig {
+    /// `Rc`, or `Uc`: the same segmentation and placement with UC opcodes, no ACKs, no
+    /// retransmission, no READ or atomics; a request completes once its last packet is out, and
+    /// the responder drops a message it cannot take whole (no NAK, no QP error).
+    pub transport: Transport,
     pub qpn: u32,
     pub dest_qpn: u32,
     /// First PSN of our requests (`sq_psn`).
@@ -253,6 +258,7 @@ impl RcConfig {
     /// Defaults for tests and callers that only know the QPNs and PSNs.
     pub fn new(qpn: u32, dest_qpn: u32, sq_psn: u32, rq_psn: u32) -> Self {
         RcConfig {
+            transport: Transport::Rc,
             qpn,
             dest_qpn,
             sq_psn,

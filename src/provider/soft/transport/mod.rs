@@ -26,6 +26,8 @@ mod tests_resp;
 #[cfg(test)]
 mod tests_stream;
 #[cfg(test)]
+mod tests_uc;
+#[cfg(test)]
 mod tests_ud;
 
 pub use api::*;
@@ -33,7 +35,7 @@ pub use requester::Requester;
 pub use responder::Responder;
 pub use ud::UdQp;
 
-use super::roce::opcode::{op, Transport};
+use super::roce::opcode::op;
 use super::roce::Packet;
 
 /// One RC QP: the requester half (our requests, their responses) and the responder half (their
@@ -64,7 +66,7 @@ impl RcQp {
             return;
         }
         let Some(info) = pkt.info() else { return };
-        if info.transport != Transport::Rc
+        if info.transport != self.req.transport()
             || pkt.bth.dest_qp() != self.req.qpn()
             || pkt.bth.pkey() != super::roce::packet::DEFAULT_PKEY
         {

@@ -171,6 +171,9 @@ impl Requester {
     pub fn qpn(&self) -> u32 {
         self.cfg.qpn
     }
+    pub fn transport(&self) -> Transport {
+        self.cfg.transport
+    }
     pub fn is_error(&self) -> bool {
         self.error
     }
@@ -183,6 +186,11 @@ impl Requester {
     pub fn post(&mut self, wr: SendWr, out: &mut impl Sink) -> Result<(), PostError> {
         if wr.op.is_atomic() && wr.len != 8 {
             return Err(PostError::Invalid);
+        }
+        if self.cfg.transport == Transport::Uc
+            && (wr.op.is_rd_atomic() || matches!(wr.op, WrOp::SendInv(_)))
+        {
+            return Err(PostError::Invalid); // UC has no READ, atomics or SEND with invalidate
         }
         if self.error {
             out.completion(Completion::send(wr.wr_id, Status::WrFlushErr, wr.op.wc_opcode(), 0));
@@ -364,6 +372,13 @@ impl Requester {
             if psn::diff(self.snd, self.sent_hi) > 0 {
                 self.sent_hi = self.snd;
             }
+            if self.cfg.transport == Transport::Uc {
+                // Nothing answers UC: a packet out is a packet done (and its request complete
+                // after its last one), and no timer runs.
+                self.timed = None;
+                self.ack_through(psn::prev(self.snd), now, out);
+                continue;
+            }
             if self.timer.is_none() {
                 self.timer = ack_timeout_ns(self.cfg.timeout).map(|t| now.saturating_add(t));
             }
@@ -417,10 +432,11 @@ impl Requester {
                     (true, WrOp::SendInv(r)) => (Extra::Inv, None, Some(r)),
                     _ => (Extra::None, None, None),
                 };
+                let t = self.cfg.transport;
                 let code = if is_send {
-                    opcode::send_opcode(Transport::Rc, pos, extra)
+                    opcode::send_opcode(t, pos, extra)
                 } else {
-                    opcode::write_opcode(Transport::Rc, pos, extra == Extra::Imm)
+                    opcode::write_opcode(t, pos, extra == Extra::Imm)
                 };
                 let Some(code) = code else {
                     // Every (position, extra) pair built above has an opcode.
@@ -442,7 +458,8 @@ impl Requester {
                 let every = self.cfg.ack_every.max(1);
                 // Also at the window's edge: nothing more goes out until this is ACKed.
                 let edge = psn::diff(p, self.una) + 1 >= self.limit() as i32;
-                pkt.bth.set_ack_req(ends || edge || (k + 1) % every == 0);
+                let ask = ends || edge || (k + 1) % every == 0;
+                pkt.bth.set_ack_req(ask && self.cfg.transport == Transport::Rc);
                 pkt.payload = &self.scratch[..n];
                 out.packet(&pkt);
                 return true;

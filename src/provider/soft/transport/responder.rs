@@ -3,6 +3,10 @@
 //! NAKs the first packet of a gap once, RNR-NAKs when no receive is posted, and on a class C
 //! error NAKs and moves the QP to error with an async event. Every field of every packet is
 //! checked before use; memory is reached only through [`Memory`], which checks rkeys itself.
+//!
+//! A UC responder places SENDs and WRITEs the same way but answers nothing: a message it cannot
+//! take whole (a PSN gap, no receive posted, a bad key or length) is dropped up to the next
+//! message's first packet, which also resynchronizes the PSN, and the QP stays up (IBA 9.9.4).
 
 use super::api::*;
 use super::psn;
@@ -66,6 +70,12 @@ pub struct Responder {
     cache_next: usize,
     error: bool,
     scratch: Vec<u8>,
+    /// UC: no replies; see [`Responder::on_uc_request`].
+    uc: bool,
+    /// UC: the message in progress is being dropped, up to the next first packet.
+    uc_drop: bool,
+    /// UC: the receive of a dropped SEND, taken again by the next one (it was never completed).
+    reuse: Option<Recv>,
     pub stats: RespStats,
 }
 
@@ -78,6 +88,8 @@ pub struct RespStats {
     pub acks: u64,
     pub seq_naks: u64,
     pub rnr_naks: u64,
+    /// UC packets dropped (a gap, or the rest of a message that could not be taken).
+    pub uc_dropped: u64,
 }
 
 impl std::fmt::Debug for Responder {
@@ -111,6 +123,9 @@ impl Responder {
             cache_next: 0,
             error: false,
             scratch: vec![0; cfg.mtu() as usize],
+            uc: cfg.transport == Transport::Uc,
+            uc_drop: false,
+            reuse: None,
             stats: RespStats::default(),
         }
     }
@@ -143,6 +158,9 @@ impl Responder {
         if self.error {
             return;
         }
+        if self.uc {
+            return self.on_uc_request(pkt, mem, rq, out);
+        }
         let p = pkt.bth.psn();
         let d = psn::diff(p, self.epsn);
         if d < 0 {
@@ -164,8 +182,61 @@ impl Responder {
         }
     }
 
-    /// An ACK/NAK (no payload) for `psn`.
+    /// A UC packet. One behind the expected PSN was seen already (the network duplicated or
+    /// reordered it): ignored, so nothing is placed twice and messages complete in order. A
+    /// first (or only) packet at or beyond it starts a message there, abandoning one in
+    /// progress; a later packet must come at the expected PSN, or the rest of its message is
+    /// dropped. A message that fails is dropped the same way, with no reply and no QP error.
+    fn on_uc_request(
+        &mut self,
+        pkt: &Packet<'_>,
+        mem: &mut impl Memory,
+        rq: &mut impl RecvQueue,
+        out: &mut impl Sink,
+    ) {
+        let p = pkt.bth.psn();
+        let d = psn::diff(p, self.epsn);
+        if d < 0 {
+            self.stats.duplicates += 1;
+            return;
+        }
+        let pos = position(operation(pkt.bth.opcode()));
+        if matches!(pos, Some(Position::First | Position::Only)) {
+            self.abandon();
+            self.epsn = p;
+        } else if self.uc_drop || d > 0 {
+            self.stats.uc_dropped += 1;
+            self.abandon();
+            self.uc_drop = true;
+            return;
+        }
+        self.uc_drop = false;
+        self.stats.executed += 1;
+        if self.execute(pkt, mem, rq, out).is_err() {
+            self.stats.uc_dropped += 1;
+            self.abandon();
+            self.uc_drop = true;
+        }
+    }
+
+    /// The next receive: one a dropped UC message left (it was never completed), or the queue's.
+    fn take_recv(&mut self, rq: &mut impl RecvQueue) -> Option<Recv> {
+        self.reuse.take().or_else(|| rq.pop())
+    }
+
+    /// UC: the message in progress is given up; a SEND's receive is kept for the next one.
+    fn abandon(&mut self) {
+        if let Cur::Send { recv, .. } = self.cur {
+            self.reuse = Some(recv);
+        }
+        self.cur = Cur::Idle;
+    }
+
+    /// An ACK/NAK (no payload) for `psn`; UC answers nothing.
     fn reply(&mut self, code: u8, p: u32, syn: Syndrome, out: &mut impl Sink) {
+        if self.uc {
+            return;
+        }
         let mut r = Packet::new(code, self.dest_qpn, p, &[]);
         r.ext.aeth = Some(Aeth::new(syn, self.msn));
         out.packet(&r);
@@ -223,7 +294,7 @@ impl Responder {
         rq: &mut impl RecvQueue,
         out: &mut impl Sink,
     ) -> Result<(), ClassC> {
-        let code = pkt.bth.opcode();
+        let code = operation(pkt.bth.opcode());
         let p = pkt.bth.psn();
         let n = pkt.payload.len();
         let mtu = self.mtu as usize;
@@ -247,7 +318,7 @@ impl Responder {
             | op::SEND_LAST_IMM
             | op::SEND_LAST_INV => {
                 let (recv, off) = match (self.cur, pos) {
-                    (Cur::Idle, Position::First | Position::Only) => match rq.pop() {
+                    (Cur::Idle, Position::First | Position::Only) => match self.take_recv(rq) {
                         Some(r) => (r, 0),
                         None => {
                             self.rnr(out);
@@ -260,6 +331,11 @@ impl Responder {
                 self.cur = Cur::Send { recv, off };
                 if u64::from(off) + u64::from(n) > u64::from(recv.len) {
                     self.cur = Cur::Idle;
+                    if self.uc {
+                        // The message is dropped; the receive stays posted (as on the rings).
+                        self.reuse = Some(recv);
+                        return Err(ClassC::InvalidRequest);
+                    }
                     out.completion(Completion::recv(
                         recv.wr_id,
                         Status::LocLenErr,
@@ -335,7 +411,7 @@ impl Responder {
                 let ends = matches!(pos, Position::Last | Position::Only);
                 // WRITE with immediate consumes a receive; RNR before anything is written.
                 let recv = match (ends, pkt.ext.imm) {
-                    (true, Some(_)) => match rq.pop() {
+                    (true, Some(_)) => match self.take_recv(rq) {
                         Some(r) => Some(r),
                         None => {
                             self.cur = if pos == Position::Last {
@@ -431,6 +507,10 @@ impl Responder {
     /// No receive posted: RNR NAK for the expected PSN (not an error; later packets of the
     /// message are dropped silently until it comes again).
     fn rnr(&mut self, out: &mut impl Sink) {
+        if self.uc {
+            self.uc_drop = true; // no RNR in UC: the message is dropped
+            return;
+        }
         self.nak_sent = true;
         self.stats.rnr_naks += 1;
         self.reply(op::ACK, self.epsn, Syndrome::RnrNak { timer: self.min_rnr_timer }, out);
@@ -505,6 +585,12 @@ impl Responder {
         self.error = true;
         out.event(ev);
     }
+}
+
+/// The operation of an RC or UC opcode: UC's opcodes are RC's with the transport bits set
+/// (the packet's transport was checked against the QP's before it got here).
+fn operation(code: u8) -> u8 {
+    code & !op::UC
 }
 
 /// Where a request opcode sits in its message; `None` for anything that is not an RC request.

@@ -4,7 +4,7 @@
 
 use super::harness::*;
 use super::*;
-use crate::provider::soft::roce::opcode::{op, TABLE};
+use crate::provider::soft::roce::opcode::{op, Transport, TABLE};
 use crate::provider::soft::roce::{
     self, Aeth, AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Reth, Syndrome,
 };
@@ -15,7 +15,13 @@ const VA: u64 = 0x1_0000;
 
 /// A QP with receives posted and requests of every kind outstanding.
 fn target(rng: &mut Rng) -> (RcQp, TestMem, TestRq, TestOut) {
+    target_of(rng, Transport::Rc)
+}
+
+/// [`target`] on `t` (UC: SENDs and WRITEs only, and they complete as they go out).
+fn target_of(rng: &mut Rng, t: Transport) -> (RcQp, TestMem, TestRq, TestOut) {
     let mut c = RcConfig::new(0x22, 0x11, 1000, 500);
+    c.transport = t;
     c.mtu = 256;
     c.max_dest_rd_atomic = 2;
     c.window = 16;
@@ -31,7 +37,8 @@ fn target(rng: &mut Rng) -> (RcQp, TestMem, TestRq, TestOut) {
     let mut out = TestOut::new(flows().1);
     let mut qp = RcQp::new(&c);
     let ops = [WrOp::Send, WrOp::Read, WrOp::FetchAdd { add: 1 }, WrOp::Write, WrOp::Read];
-    for (k, o) in ops.into_iter().enumerate() {
+    let uc = t == Transport::Uc;
+    for (k, o) in ops.into_iter().filter(|o| !(uc && o.is_rd_atomic())).enumerate() {
         let len = if o.is_atomic() { 8 } else { 700 };
         let w = SendWr { remote_va: VA, rkey: RKEY, ..wr(k as u64, o, Sgl(k as u64), len) };
         qp.post(w, &mut out).unwrap();
@@ -87,6 +94,13 @@ fn random_packet<'a>(rng: &mut Rng, payload: &'a [u8]) -> Packet<'a> {
     p
 }
 
+/// After a round: the region that grants no remote write is untouched, and no local access
+/// went beyond a list.
+fn memory_kept(mem: &TestMem, round: u32) {
+    assert!(mem.regions[1].data.iter().all(|b| *b == 0), "round {round}: read-only region written");
+    assert_eq!(mem.local_refused, 0, "round {round}: local access beyond a list");
+}
+
 #[test]
 fn random_packets_never_panic_nor_reach_outside_memory() {
     let mut rng = Rng::new(0x5eed);
@@ -101,11 +115,7 @@ fn random_packets_never_panic_nor_reach_outside_memory() {
             qp.on_packet(&p, step * 1000, &mut mem, &mut rq, &mut out);
             qp.poll(step * 1000 + rng.below(1 << 30), &mut mem, &mut out);
         }
-        assert!(
-            mem.regions[1].data.iter().all(|b| *b == 0),
-            "round {round}: read-only region written"
-        );
-        assert_eq!(mem.local_refused, 0, "round {round}: local access beyond a list");
+        memory_kept(&mem, round);
         assert!(out.events.len() <= 1, "round {round}: one error, one event");
         // Completions: each posted request at most once.
         let mut ids: Vec<u64> = out.sends().iter().map(|c| c.wr_id).collect();
@@ -116,6 +126,44 @@ fn random_packets_never_panic_nor_reach_outside_memory() {
         errors += usize::from(qp.is_error());
     }
     assert!(errors > 100 && errors < 3000, "the random input reached both outcomes ({errors})");
+}
+
+/// The same against a UC QP, which answers nothing: no panic, no memory outside what was
+/// given, no packet out but its own requests, and never an error (a UC responder drops what it
+/// cannot take).
+#[test]
+fn random_packets_into_a_uc_qp() {
+    let mut rng = Rng::new(0xc0ffee);
+    let mut payload = vec![0u8; 600];
+    let mut placed = 0;
+    for round in 0..2000 {
+        let (mut qp, mut mem, mut rq, mut out) = target_of(&mut rng, Transport::Uc);
+        let own = out.packets.len();
+        for step in 0..40 {
+            rng.fill(&mut payload);
+            let n = [0, 1, 255, 256, 257, 300, 600][rng.below(7) as usize];
+            let mut p = random_packet(&mut rng, &payload[..n]);
+            if rng.pct(80) {
+                // Mostly UC opcodes (the rest must be dropped as another transport's).
+                let code = p.bth.opcode();
+                p.bth.set_opcode(op::UC | ((code & 0x1f) % 0x0c));
+                if let Some(info) = p.info() {
+                    use crate::provider::soft::roce::opcode::Ext;
+                    let (va, rkey) = (VA + rng.below(4096), [RKEY, GUARD][rng.below(2) as usize]);
+                    let len = [rng.below(5000) as u32, 256, 700][rng.below(3) as usize];
+                    p.ext.reth = info.has(Ext::Reth).then(|| Reth::new(va, rkey, len));
+                    p.ext.imm = info.has(Ext::ImmDt).then(|| ImmDt::new(rng.next() as u32));
+                }
+            }
+            qp.on_packet(&p, step * 1000, &mut mem, &mut rq, &mut out);
+            qp.poll(step * 1000 + rng.below(1 << 30), &mut mem, &mut out);
+        }
+        memory_kept(&mem, round);
+        assert!(!qp.is_error() && out.events.is_empty(), "round {round}: a UC QP failed");
+        assert_eq!(out.packets.len(), own, "round {round}: a UC responder answered");
+        placed += out.recvs().iter().filter(|c| c.status == Status::Success).count();
+    }
+    assert!(placed > 100, "the random input reached the placement paths ({placed})");
 }
 
 /// Arbitrary bytes through the decoder, then into the QP: nothing may panic.
