@@ -6,6 +6,8 @@ table, per NAK and per CM message (UD SEND Only to QP1, Q_Key 0x80010000), plus 
 encoded. Then:
   * tshark must decode every frame as InfiniBand, without malformed packets or expert errors,
     with every encoded field (BTH, RETH, AETH, DETH, AtomicETH, ImmDt, IETH, MAD, CM) as sent;
+    Debian 12's tshark has no XRCETH dissector, so for XRC frames the BTH is checked and the
+    bytes after it (XRCETH first) must be exactly the encoded ones;
   * scapy's RoCE layer (scapy.contrib.roce) recomputes every frame's ICRC and must agree;
   * the Rust decoder must accept every frame, and refuse every frame once one byte of its ICRC
     (or one bit of its BTH) is flipped.
@@ -136,7 +138,12 @@ def check_tshark(pcap, expect):
             print("frame %s: CM MAD not decoded" % n)
             errors += 1
         for k, v in exp.items():
-            if not same(v, vals.get(k, "")):
+            got = vals.get(k, "")
+            if k == "vendor":
+                # tshark shows an XRC frame's unknown headers twice: the first 4 bytes, then
+                # everything after the BTH (the vector's value).
+                got = got.split(",")[-1]
+            if not same(v, got):
                 print("frame %s: %s: sent %s, tshark read %r" % (n, k, v, vals.get(k)))
                 errors += 1
     if errors:

@@ -323,7 +323,29 @@ impl Ieth {
     }
 }
 
+wire_struct! {
+    /// XRC Extended Transport Header, 4 bytes: 8 reserved bits, then the 24-bit number of the
+    /// SRQ at the target that the request is for.
+    pub struct XrcEth { srqn: U32 }
+}
+
+impl XrcEth {
+    pub const LEN: usize = 4;
+    pub fn new(srqn: u32) -> Self {
+        XrcEth { srqn: (srqn & 0x00ff_ffff).into() }
+    }
+    /// The SRQ number (the reserved bits are ignored).
+    pub fn srqn(&self) -> u32 {
+        self.srqn.get() & 0x00ff_ffff
+    }
+    /// The same header with its reserved bits cleared.
+    pub fn canonical(self) -> Self {
+        XrcEth::new(self.srqn())
+    }
+}
+
 const _: () = {
+    assert!(size_of::<XrcEth>() == XrcEth::LEN);
     assert!(size_of::<Bth>() == Bth::LEN);
     assert!(size_of::<Reth>() == Reth::LEN);
     assert!(size_of::<Aeth>() == Aeth::LEN);

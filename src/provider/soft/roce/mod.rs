@@ -23,6 +23,8 @@ pub const GSI_QKEY: u32 = 0x8001_0000;
 /// QP1: the CM's MADs go there.
 pub const GSI_QPN: u32 = 1;
 
-pub use headers::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, NakCode, Reth, Syndrome};
+pub use headers::{
+    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, NakCode, Reth, Syndrome, XrcEth,
+};
 pub use icrc::{Flow, FlowAddrs};
 pub use packet::{decode, decode_unverified, encode, DecodeError, EncodeError, Exts, Packet};

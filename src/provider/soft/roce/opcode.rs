@@ -1,10 +1,12 @@
-//! The opcode table (IBA vol. 1, 9.2.1 table 38): for each RC, UC and UD opcode, which extension
-//! headers follow the BTH, in wire order, and whether a payload may follow them. Encoder and
-//! decoder both read this one table.
+//! The opcode table (IBA vol. 1, 9.2.1 table 38, and annex A14 for XRC): for each RC, UC, UD and
+//! XRC opcode, which extension headers follow the BTH, in wire order, and whether a payload may
+//! follow them. Encoder and decoder both read this one table.
 
 /// An extension header that may follow the BTH.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ext {
+    /// XRC: the target's SRQ number, first after the BTH in every XRC request.
+    XrcEth,
     Deth,
     Reth,
     AtomicEth,
@@ -18,6 +20,7 @@ impl Ext {
     /// Bytes on the wire.
     pub const fn wire_len(self) -> usize {
         match self {
+            Ext::XrcEth => 4,
             Ext::Deth => 8,
             Ext::Reth => 16,
             Ext::AtomicEth => 28,
@@ -35,6 +38,21 @@ pub enum Transport {
     Rc,
     Uc,
     Ud,
+    /// Extended reliable connected (IBA vol. 1, annex A14): RC's operations, each request
+    /// naming the target's SRQ in an XRCETH.
+    Xrc,
+}
+
+impl Transport {
+    /// The transport's bits of its opcodes.
+    pub const fn base(self) -> u8 {
+        match self {
+            Transport::Rc => op::RC,
+            Transport::Uc => op::UC,
+            Transport::Ud => op::UD,
+            Transport::Xrc => op::XRC,
+        }
+    }
 }
 
 /// One row of the table.
@@ -64,6 +82,9 @@ pub mod op {
     pub const RC: u8 = 0x00;
     pub const UC: u8 = 0x20;
     pub const UD: u8 = 0x60;
+    pub const XRC: u8 = 0xa0;
+    /// The operation's bits of an opcode (below the transport's three).
+    pub const OPERATION: u8 = 0x1f;
 
     pub const SEND_FIRST: u8 = 0x00;
     pub const SEND_MIDDLE: u8 = 0x01;
@@ -99,9 +120,8 @@ macro_rules! row {
     };
 }
 
-/// Every opcode this codec speaks. RD, CNP and the extended (XRC) opcodes are not here and
-/// decode as unsupported.
-pub static TABLE: [OpInfo; 37] = [
+/// Every opcode this codec speaks. RD and CNP are not here and decode as unsupported.
+pub static TABLE: [OpInfo; 60] = [
     row!(Rc, op::RC, op::SEND_FIRST, "RC SEND First", [], true),
     row!(Rc, op::RC, op::SEND_MIDDLE, "RC SEND Middle", [], true),
     row!(Rc, op::RC, op::SEND_LAST, "RC SEND Last", [], true),
@@ -139,6 +159,29 @@ pub static TABLE: [OpInfo; 37] = [
     row!(Uc, op::UC, op::WRITE_ONLY_IMM, "UC RDMA WRITE Only with Immediate", [Reth, ImmDt], true),
     row!(Ud, op::UD, op::SEND_ONLY, "UD SEND Only", [Deth], true),
     row!(Ud, op::UD, op::SEND_ONLY_IMM, "UD SEND Only with Immediate", [Deth, ImmDt], true),
+    row!(Xrc, op::XRC, op::SEND_FIRST, "XRC SEND First", [XrcEth], true),
+    row!(Xrc, op::XRC, op::SEND_MIDDLE, "XRC SEND Middle", [XrcEth], true),
+    row!(Xrc, op::XRC, op::SEND_LAST, "XRC SEND Last", [XrcEth], true),
+    row!(Xrc, op::XRC, op::SEND_LAST_IMM, "XRC SEND Last with Immediate", [XrcEth, ImmDt], true),
+    row!(Xrc, op::XRC, op::SEND_ONLY, "XRC SEND Only", [XrcEth], true),
+    row!(Xrc, op::XRC, op::SEND_ONLY_IMM, "XRC SEND Only with Immediate", [XrcEth, ImmDt], true),
+    row!(Xrc, op::XRC, op::WRITE_FIRST, "XRC RDMA WRITE First", [XrcEth, Reth], true),
+    row!(Xrc, op::XRC, op::WRITE_MIDDLE, "XRC RDMA WRITE Middle", [XrcEth], true),
+    row!(Xrc, op::XRC, op::WRITE_LAST, "XRC RDMA WRITE Last", [XrcEth], true),
+    row!(Xrc, op::XRC, op::WRITE_LAST_IMM, "XRC RDMA WRITE Last with Immediate", [XrcEth, ImmDt], true),
+    row!(Xrc, op::XRC, op::WRITE_ONLY, "XRC RDMA WRITE Only", [XrcEth, Reth], true),
+    row!(Xrc, op::XRC, op::WRITE_ONLY_IMM, "XRC RDMA WRITE Only with Immediate", [XrcEth, Reth, ImmDt], true),
+    row!(Xrc, op::XRC, op::READ_REQUEST, "XRC RDMA READ Request", [XrcEth, Reth], false),
+    row!(Xrc, op::XRC, op::READ_RESPONSE_FIRST, "XRC RDMA READ response First", [Aeth], true),
+    row!(Xrc, op::XRC, op::READ_RESPONSE_MIDDLE, "XRC RDMA READ response Middle", [], true),
+    row!(Xrc, op::XRC, op::READ_RESPONSE_LAST, "XRC RDMA READ response Last", [Aeth], true),
+    row!(Xrc, op::XRC, op::READ_RESPONSE_ONLY, "XRC RDMA READ response Only", [Aeth], true),
+    row!(Xrc, op::XRC, op::ACK, "XRC Acknowledge", [Aeth], false),
+    row!(Xrc, op::XRC, op::ATOMIC_ACK, "XRC ATOMIC Acknowledge", [Aeth, AtomicAckEth], false),
+    row!(Xrc, op::XRC, op::CMP_SWAP, "XRC CmpSwap", [XrcEth, AtomicEth], false),
+    row!(Xrc, op::XRC, op::FETCH_ADD, "XRC FetchAdd", [XrcEth, AtomicEth], false),
+    row!(Xrc, op::XRC, op::SEND_LAST_INV, "XRC SEND Last with Invalidate", [XrcEth, Ieth], true),
+    row!(Xrc, op::XRC, op::SEND_ONLY_INV, "XRC SEND Only with Invalidate", [XrcEth, Ieth], true),
 ];
 
 /// The row of `code`, or `None` for an opcode this codec does not speak.
@@ -167,11 +210,7 @@ pub enum Extra {
 /// exists (invalidate outside RC, multi-packet UD).
 pub fn send_opcode(t: Transport, pos: Position, extra: Extra) -> Option<u8> {
     use Position::*;
-    let base = match t {
-        Rc => op::RC,
-        Uc => op::UC,
-        Ud => op::UD,
-    };
+    let base = t.base();
     let o = match (pos, extra) {
         (First, Extra::None) => op::SEND_FIRST,
         (Middle, Extra::None) => op::SEND_MIDDLE,
@@ -186,14 +225,13 @@ pub fn send_opcode(t: Transport, pos: Position, extra: Extra) -> Option<u8> {
     lookup(base | o).map(|r| r.code)
 }
 
-/// The RDMA WRITE opcode for a packet at `pos` (RC or UC).
+/// The RDMA WRITE opcode for a packet at `pos` (RC, UC or XRC).
 pub fn write_opcode(t: Transport, pos: Position, imm: bool) -> Option<u8> {
     use Position::*;
-    let base = match t {
-        Rc => op::RC,
-        Uc => op::UC,
-        Ud => return None,
-    };
+    if t == Ud {
+        return None;
+    }
+    let base = t.base();
     let o = match (pos, imm) {
         (First, false) => op::WRITE_FIRST,
         (Middle, false) => op::WRITE_MIDDLE,

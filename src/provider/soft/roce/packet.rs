@@ -2,7 +2,7 @@
 //! from a typed description into a caller's buffer, and decoding untrusted bytes into a typed
 //! view that borrows the payload. Both follow the opcode table ([`super::opcode::TABLE`]).
 
-use super::headers::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth};
+use super::headers::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth, XrcEth};
 use super::icrc::{self, Flow, ICRC_LEN};
 use super::opcode::{self, Ext, OpInfo};
 use zerocopy::{FromBytes, IntoBytes};
@@ -10,6 +10,7 @@ use zerocopy::{FromBytes, IntoBytes};
 /// The extension headers of one packet; exactly those its opcode lists are `Some`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Exts {
+    pub xrc: Option<XrcEth>,
     pub deth: Option<Deth>,
     pub reth: Option<Reth>,
     pub atomic: Option<AtomicEth>,
@@ -22,6 +23,7 @@ pub struct Exts {
 impl Exts {
     fn has(&self, e: Ext) -> bool {
         match e {
+            Ext::XrcEth => self.xrc.is_some(),
             Ext::Deth => self.deth.is_some(),
             Ext::Reth => self.reth.is_some(),
             Ext::AtomicEth => self.atomic.is_some(),
@@ -33,6 +35,7 @@ impl Exts {
     }
     fn count(&self) -> usize {
         [
+            self.xrc.is_some(),
             self.deth.is_some(),
             self.reth.is_some(),
             self.atomic.is_some(),
@@ -48,6 +51,7 @@ impl Exts {
     /// The wire image of header `e`, if present.
     fn bytes(&self, e: Ext) -> Option<&[u8]> {
         match e {
+            Ext::XrcEth => self.xrc.as_ref().map(|h| h.as_bytes()),
             Ext::Deth => self.deth.as_ref().map(|h| h.as_bytes()),
             Ext::Reth => self.reth.as_ref().map(|h| h.as_bytes()),
             Ext::AtomicEth => self.atomic.as_ref().map(|h| h.as_bytes()),
@@ -154,9 +158,12 @@ pub fn encode(pkt: &Packet<'_>, flow: &Flow, buf: &mut [u8]) -> Result<usize, En
     for h in info.headers {
         let b = pkt.ext.bytes(*h).ok_or(EncodeError::Headers)?;
         out[at..at + b.len()].copy_from_slice(b);
+        // Reserved bits go out as zero.
         if let (Ext::Deth, Some(d)) = (h, pkt.ext.deth) {
-            // Its reserved byte goes out as zero.
             out[at..at + Deth::LEN].copy_from_slice(d.canonical().as_bytes());
+        }
+        if let (Ext::XrcEth, Some(x)) = (h, pkt.ext.xrc) {
+            out[at..at + XrcEth::LEN].copy_from_slice(x.canonical().as_bytes());
         }
         at += b.len();
     }
@@ -199,6 +206,7 @@ pub fn decode_unverified(bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
     for h in info.headers {
         let b = body.get(at..at + h.wire_len()).ok_or(DecodeError::HeadersTruncated)?;
         match h {
+            Ext::XrcEth => ext.xrc = Some(read(b)?),
             Ext::Deth => ext.deth = Some(read(b)?),
             Ext::Reth => ext.reth = Some(read(b)?),
             Ext::AtomicEth => ext.atomic = Some(read(b)?),

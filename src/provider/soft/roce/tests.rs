@@ -110,7 +110,7 @@ fn aeth_syndromes_decode_by_kind() {
 
 #[test]
 fn opcode_table_matches_the_spec() {
-    assert_eq!(opcode::TABLE.len(), 23 + 12 + 2);
+    assert_eq!(opcode::TABLE.len(), 23 + 12 + 2 + 23);
     for (i, r) in opcode::TABLE.iter().enumerate() {
         assert_eq!(opcode::lookup(r.code), Some(r), "row {i}");
         assert!(opcode::TABLE.iter().filter(|o| o.code == r.code).count() == 1);
@@ -118,6 +118,7 @@ fn opcode_table_matches_the_spec() {
             0 => Transport::Rc,
             1 => Transport::Uc,
             3 => Transport::Ud,
+            5 => Transport::Xrc,
             _ => panic!("transport of {:#x}", r.code),
         };
         assert_eq!(r.transport, t);
@@ -128,6 +129,20 @@ fn opcode_table_matches_the_spec() {
     assert_eq!(hdr(op::ATOMIC_ACK), [Ext::Aeth, Ext::AtomicAckEth]);
     assert_eq!(hdr(op::READ_RESPONSE_MIDDLE), []);
     assert_eq!(hdr(op::SEND_ONLY_INV), [Ext::Ieth]);
+    // XRC: the XRCETH first in every request, none in the responses (annex A14).
+    assert_eq!(hdr(op::XRC | op::WRITE_ONLY_IMM), [Ext::XrcEth, Ext::Reth, Ext::ImmDt]);
+    assert_eq!(hdr(op::XRC | op::SEND_MIDDLE), [Ext::XrcEth]);
+    assert_eq!(hdr(op::XRC | op::FETCH_ADD), [Ext::XrcEth, Ext::AtomicEth]);
+    assert_eq!(hdr(op::XRC | op::ACK), [Ext::Aeth]);
+    assert_eq!(hdr(op::XRC | op::READ_RESPONSE_FIRST), [Ext::Aeth]);
+    for r in opcode::TABLE.iter().filter(|r| r.transport == Transport::Xrc) {
+        let rc = opcode::lookup(r.code & op::OPERATION).unwrap();
+        let response = (op::READ_RESPONSE_FIRST..=op::ATOMIC_ACK).contains(&(r.code & 0x1f));
+        let want: Vec<Ext> =
+            if response { rc.headers.to_vec() } else { [&[Ext::XrcEth], rc.headers].concat() };
+        assert_eq!(r.headers, want, "{}", r.name);
+        assert_eq!(r.payload, rc.payload, "{}", r.name);
+    }
     assert!(!opcode::lookup(op::READ_REQUEST).unwrap().payload);
     assert!(!opcode::lookup(op::ACK).unwrap().payload);
     assert_eq!(opcode::lookup(op::CMP_SWAP).unwrap().headers_len(), 28);
@@ -141,6 +156,8 @@ fn opcode_table_matches_the_spec() {
     assert_eq!(opcode::send_opcode(Transport::Rc, Last, Extra::Inv), Some(0x16));
     assert_eq!(opcode::write_opcode(Transport::Uc, Only, true), Some(0x2b));
     assert_eq!(opcode::write_opcode(Transport::Rc, Middle, true), None);
+    assert_eq!(opcode::send_opcode(Transport::Xrc, Only, Extra::Inv), Some(0xb7));
+    assert_eq!(opcode::write_opcode(Transport::Xrc, First, false), Some(0xa6));
     assert_eq!(opcode::read_response_opcode(Last), 0x0f);
 }
 

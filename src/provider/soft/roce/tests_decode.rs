@@ -20,6 +20,7 @@ fn sample(code: u8, payload: &[u8]) -> Packet<'_> {
     p.bth.set_pkey(0x7fff);
     for h in opcode::lookup(code).unwrap().headers {
         match h {
+            Ext::XrcEth => p.ext.xrc = Some(XrcEth::new(0x00ab_0123)),
             Ext::Deth => p.ext.deth = Some(Deth::new(0x8001_0000, 0x12_3456)),
             Ext::Reth => p.ext.reth = Some(Reth::new(0x7f00_0000_1000, 0xdead_beef, 3000)),
             Ext::AtomicEth => p.ext.atomic = Some(AtomicEth::new(0x2000, 5, 6, 7)),
@@ -76,6 +77,7 @@ fn every_opcode_round_trips_with_every_pad() {
             let mut at = 12;
             for h in row.headers {
                 let want = match h {
+                    Ext::XrcEth => zerocopy::IntoBytes::as_bytes(&p.ext.xrc.unwrap()).to_vec(),
                     Ext::Deth => zerocopy::IntoBytes::as_bytes(&p.ext.deth.unwrap()).to_vec(),
                     Ext::Reth => zerocopy::IntoBytes::as_bytes(&p.ext.reth.unwrap()).to_vec(),
                     Ext::AtomicEth => {

@@ -6,7 +6,7 @@ use super::harness::*;
 use super::*;
 use crate::provider::soft::roce::opcode::{op, Transport, TABLE};
 use crate::provider::soft::roce::{
-    self, Aeth, AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Reth, Syndrome,
+    self, Aeth, AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Reth, Syndrome, XrcEth,
 };
 
 const RKEY: u32 = 0x77;
@@ -72,6 +72,7 @@ fn random_packet<'a>(rng: &mut Rng, payload: &'a [u8]) -> Packet<'a> {
         use crate::provider::soft::roce::opcode::Ext;
         for h in info.headers {
             match h {
+                Ext::XrcEth => p.ext.xrc = Some(XrcEth::new(rng.below(4) as u32)),
                 Ext::Reth => p.ext.reth = Some(Reth::new(va, rkey, len)),
                 Ext::AtomicEth => {
                     p.ext.atomic = Some(AtomicEth::new(va, rkey, rng.next(), rng.next()))
