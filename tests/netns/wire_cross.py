@@ -10,7 +10,8 @@ tcpdump captures a's link (UDP only; perftest's TCP side channel is not RoCE). T
     decoded as RoCEv2: our QPNs live on their own UDP ports), none malformed, no expert error;
   * the BTH opcodes seen include the ones the program must produce (RC SEND, RDMA WRITE
     first/middle/last, READ request/responses, ACK, atomic + atomic ACK, UD SEND only, UC SEND
-    and WRITE first/middle/last), and no opcode outside the program's transport;
+    and WRITE first/middle/last, XRC SEND only + XRC ACK), and no opcode outside the program's
+    transport;
   * the CM pair's MADs decode as InfiniBand CM (REQ, REP, RTU);
   * scapy's RoCE layer (scapy.contrib.roce) computes the same ICRC as every packet carries (and
     a different one once the packet's ICRC is changed, so the comparison is not vacuous);
@@ -56,7 +57,8 @@ OP = {0x00: "SEND First", 0x01: "SEND Middle", 0x02: "SEND Last", 0x03: "SEND La
       0x23: "UC SEND Last Imm", 0x24: "UC SEND Only", 0x25: "UC SEND Only Imm",
       0x26: "UC WRITE First", 0x27: "UC WRITE Middle", 0x28: "UC WRITE Last",
       0x29: "UC WRITE Last Imm", 0x2a: "UC WRITE Only", 0x2b: "UC WRITE Only Imm",
-      0x64: "UD SEND Only", 0x65: "UD SEND Only Imm"}
+      0x64: "UD SEND Only", 0x65: "UD SEND Only Imm",
+      0xa4: "XRC SEND Only", 0xb1: "XRC ACK"}
 
 
 def log(msg):
@@ -159,6 +161,7 @@ class Pair:
 
 RC_ALL = set(range(0x00, 0x15))
 UC_ALL = set(range(0x20, 0x2c))
+XRC_ALL = set(range(0xa0, 0xb8)) - {0xb5}
 UD_ALL = {0x64, 0x65}
 
 
@@ -189,6 +192,12 @@ def pairs(gid_a, gid_b):
                     {0x20, 0x21, 0x22}, UC_ALL, port=7614))
     s, c = perf("ib_write_lat", 7616, ["-s", "10000", "-c", "UC"])
     out.append(Pair("ib_write_lat -c UC -s 10000", s, c, {0x26, 0x27, 0x28}, UC_ALL, port=7616))
+    # XRC through rdma_cm: the client's XRC_SEND QP names the server's XRC SRQ (from the
+    # private data) in each SEND's XRCETH; the server's XRC_RECV QP answers with XRC ACKs.
+    out.append(Pair("rdma_xserver/rdma_xclient -c x (CM, XRC SEND)",
+                    ["rdma_xserver", "-p", "7618", "-c", "x"],
+                    ["rdma_xclient", "-s", "{host}", "-p", "7618", "-c", "x"],
+                    {0xa4, 0xb1}, XRC_ALL, ready="cm", port=7618, cm=True))
     # Last: its capture feeds the ICRC replay.
     out.append(Pair("ibv_ud_pingpong", ["ibv_ud_pingpong", "-g", str(gid_a), "-p", "7612",
                                         "-n", "20"],

@@ -346,10 +346,6 @@ impl TransportQp for SoftQp {
         let mut st = lock(&self.st);
         let cur = st.state;
         let (to, attr) = decide(cur)?;
-        let xrc = !matches!(self.xrc, Xrc::None);
-        if xrc && to == QpState::Rtr && super::rc_net::peer_is_remote(&attr) {
-            return Err(Errno::EOPNOTSUPP); // XRC on the UDP path is not built (issue 13)
-        }
         st.attr = attr;
         if let Some(l) = &st.link {
             l.inn.set_peer_access(attr.qp_access_flags); // what the peer's direct path obeys

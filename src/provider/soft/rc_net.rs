@@ -1,4 +1,4 @@
-//! An RC or UC QP whose peer is behind the network (another namespace or host): the choice of the
+//! An RC, UC or XRC QP whose peer is behind the network (another namespace or host): the choice of the
 //! link at RTR and the calls into its network path ([`super::net::rc::NetRc`]) from the QP's
 //! operations, under the QP's lock.
 
@@ -7,7 +7,7 @@ use super::net::{self, route};
 use super::qp::{Inner, SoftQp};
 use crate::provider::soft::roce::Packet;
 use crate::provider::soft::transport::{RcConfig, Transport};
-use crate::provider::{QpAttrs, QpEvent, QpState, SendWqe};
+use crate::provider::{QpAttrs, QpEvent, QpState, SendWqe, Xrc};
 use crate::runtime::engine::engine;
 use std::net::SocketAddr;
 
@@ -38,7 +38,11 @@ impl SoftQp {
 
     fn rc_config(&self, a: &QpAttrs, mtu: u32) -> RcConfig {
         RcConfig {
-            transport: if self.uc { Transport::Uc } else { Transport::Rc },
+            transport: match (self.uc, &self.xrc) {
+                (true, _) => Transport::Uc,
+                (false, Xrc::None) => Transport::Rc,
+                (false, _) => Transport::Xrc,
+            },
             qpn: self.qpn,
             dest_qpn: a.dest_qp_num,
             sq_psn: a.sq_psn,
@@ -143,12 +147,28 @@ impl SoftQp {
         if !matches!(st.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             return false;
         }
-        let ctx = self.net_ctx(st.attr.qp_access_flags);
+        // XRC: a request's receive, keys and CQ are those of the SRQ it names in our domain;
+        // one naming none, or one to an initiator (which has no responder), is refused.
+        let target = match (&self.xrc, pkt.ext.xrc) {
+            (Xrc::Recv(domain), Some(x)) => Some(domain.target(x.srqn())),
+            (Xrc::Send, Some(_)) => Some(None),
+            _ => None,
+        };
+        let mut ctx = self.net_ctx(st.attr.qp_access_flags);
+        if let Some(Some(t)) = &target {
+            ctx.srq = Some(&*t.srq);
+            ctx.keys = &*t.keys;
+            ctx.recv_cq = &*t.cq;
+        }
         let Some(n) = st.net.as_mut() else { return false };
         if !n.is_peer(from) {
-            return false; // an RC QP hears only its peer
+            return false; // a connected QP hears only its peer
         }
-        let o = n.on_packet(&ctx, &mut st.rq, pkt);
+        let o = if matches!(target, Some(None)) {
+            n.refuse(&ctx, &mut st.rq, pkt)
+        } else {
+            n.on_packet(&ctx, &mut st.rq, pkt)
+        };
         self.net_after(st, o);
         true
     }

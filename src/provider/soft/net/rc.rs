@@ -157,6 +157,17 @@ impl NetRc {
         o
     }
 
+    /// A request packet the QP cannot take (see `RcQp::refuse`).
+    pub fn refuse(
+        &mut self,
+        ctx: &Ctx<'_>,
+        rq: &mut VecDeque<RecvWqe>,
+        pkt: &Packet<'_>,
+    ) -> Outcome {
+        self.note("in (refused)", pkt);
+        self.run_deferred(ctx, rq, |rc, mem, _q, out| rc.refuse(pkt, mem, out))
+    }
+
     fn note(&mut self, dir: &str, p: &Packet<'_>) {
         if let Some(t) = self.trace.as_mut() {
             t.note(dir, p);
@@ -207,6 +218,7 @@ impl NetRc {
             rkey: w.rkey,
             signaled: true,
             solicited: w.solicited,
+            xrc_srqn: w.xrc_srqn,
         };
         let posted = Posted { wr_id: w.wr_id, seq: w.seq, signaled: w.signaled || ctx.sig_all };
         self.book.get_mut().sends.push_back((posted, handle));

@@ -168,9 +168,23 @@ pub static TABLE: [OpInfo; 60] = [
     row!(Xrc, op::XRC, op::WRITE_FIRST, "XRC RDMA WRITE First", [XrcEth, Reth], true),
     row!(Xrc, op::XRC, op::WRITE_MIDDLE, "XRC RDMA WRITE Middle", [XrcEth], true),
     row!(Xrc, op::XRC, op::WRITE_LAST, "XRC RDMA WRITE Last", [XrcEth], true),
-    row!(Xrc, op::XRC, op::WRITE_LAST_IMM, "XRC RDMA WRITE Last with Immediate", [XrcEth, ImmDt], true),
+    row!(
+        Xrc,
+        op::XRC,
+        op::WRITE_LAST_IMM,
+        "XRC RDMA WRITE Last with Immediate",
+        [XrcEth, ImmDt],
+        true
+    ),
     row!(Xrc, op::XRC, op::WRITE_ONLY, "XRC RDMA WRITE Only", [XrcEth, Reth], true),
-    row!(Xrc, op::XRC, op::WRITE_ONLY_IMM, "XRC RDMA WRITE Only with Immediate", [XrcEth, Reth, ImmDt], true),
+    row!(
+        Xrc,
+        op::XRC,
+        op::WRITE_ONLY_IMM,
+        "XRC RDMA WRITE Only with Immediate",
+        [XrcEth, Reth, ImmDt],
+        true
+    ),
     row!(Xrc, op::XRC, op::READ_REQUEST, "XRC RDMA READ Request", [XrcEth, Reth], false),
     row!(Xrc, op::XRC, op::READ_RESPONSE_FIRST, "XRC RDMA READ response First", [Aeth], true),
     row!(Xrc, op::XRC, op::READ_RESPONSE_MIDDLE, "XRC RDMA READ response Middle", [], true),

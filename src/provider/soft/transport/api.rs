@@ -208,6 +208,8 @@ pub struct SendWr {
     pub rkey: u32,
     pub signaled: bool,
     pub solicited: bool,
+    /// XRC: the SRQ at the target the request is for (its XRCETH); 0 elsewhere.
+    pub xrc_srqn: u32,
 }
 
 /// Why a post was refused.
@@ -222,9 +224,11 @@ pub enum PostError {
 /// The attributes of a connected QP the engine uses (from `ibv_modify_qp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RcConfig {
-    /// `Rc`, or `Uc`: the same segmentation and placement with UC opcodes, no ACKs, no
+    /// `Rc`; `Uc`: the same segmentation and placement with UC opcodes, no ACKs, no
     /// retransmission, no READ or atomics; a request completes once its last packet is out, and
-    /// the responder drops a message it cannot take whole (no NAK, no QP error).
+    /// the responder drops a message it cannot take whole (no NAK, no QP error); `Xrc`: RC with
+    /// XRC opcodes, each request carrying its `SendWr::xrc_srqn` (the layer above picks the
+    /// target SRQ's receive queue, memory keys and CQ for each request it hands in).
     pub transport: Transport,
     pub qpn: u32,
     pub dest_qpn: u32,

@@ -390,5 +390,15 @@ impl Sim {
 
 /// A send work request with defaults.
 pub fn wr(wr_id: u64, op: WrOp, sgl: Sgl, len: u32) -> SendWr {
-    SendWr { wr_id, op, sgl, len, remote_va: 0, rkey: 0, signaled: true, solicited: false }
+    SendWr {
+        wr_id,
+        op,
+        sgl,
+        len,
+        remote_va: 0,
+        rkey: 0,
+        signaled: true,
+        solicited: false,
+        xrc_srqn: 0,
+    }
 }

@@ -1,4 +1,4 @@
-//! The InfiniBand transport engine (RC and UD over RoCEv2 packets) as a deterministic state
+//! The InfiniBand transport engine (RC, UC, XRC and UD over RoCEv2 packets) as a deterministic state
 //! machine: no I/O, no threads, no clock (time is a `now` in nanoseconds the caller passes), no
 //! allocation per packet (each QP owns one MTU-sized scratch buffer and bounded queues).
 //!
@@ -29,6 +29,8 @@ mod tests_stream;
 mod tests_uc;
 #[cfg(test)]
 mod tests_ud;
+#[cfg(test)]
+mod tests_xrc;
 
 pub use api::*;
 pub use requester::Requester;
@@ -72,7 +74,7 @@ impl RcQp {
         {
             return;
         }
-        let code = pkt.bth.opcode();
+        let code = pkt.bth.opcode() & op::OPERATION;
         if (op::READ_RESPONSE_FIRST..=op::ATOMIC_ACK).contains(&code) {
             self.req.on_response(pkt, now, mem, out);
         } else {
@@ -85,6 +87,15 @@ impl RcQp {
             self.req.send_more(now, mem, out);
             self.propagate_error(mem, out);
         }
+    }
+
+    /// A request packet the layer above refuses (see [`Responder::refuse`]).
+    pub fn refuse(&mut self, pkt: &Packet<'_>, mem: &mut impl Memory, out: &mut impl Sink) {
+        if self.is_error() || pkt.bth.dest_qp() != self.req.qpn() {
+            return;
+        }
+        self.resp.refuse(pkt, out);
+        self.propagate_error(mem, out);
     }
 
     /// Posts a send work request (see [`Requester::post`]).

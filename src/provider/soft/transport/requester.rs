@@ -7,7 +7,9 @@
 use super::api::*;
 use super::psn;
 use crate::provider::soft::roce::opcode::{self, op, Extra, Position, Transport};
-use crate::provider::soft::roce::{AtomicEth, Ieth, ImmDt, NakCode, Packet, Reth, Syndrome};
+use crate::provider::soft::roce::{
+    AtomicEth, Ieth, ImmDt, NakCode, Packet, Reth, Syndrome, XrcEth,
+};
 use std::collections::VecDeque;
 
 /// PSNs the send queue may span (keeps every comparison far inside the 2^23 half-space).
@@ -401,9 +403,13 @@ impl Requester {
         };
         let ends = matches!(pos, Position::Last | Position::Only);
         let mut pkt = Packet::new(0, dest, p, &[]);
+        let t = self.cfg.transport;
+        if t == Transport::Xrc {
+            pkt.ext.xrc = Some(XrcEth::new(w.wr.xrc_srqn));
+        }
         match w.wr.op {
             WrOp::Read => {
-                pkt.bth.set_opcode(op::READ_REQUEST);
+                pkt.bth.set_opcode(t.base() | op::READ_REQUEST);
                 let va = w.wr.remote_va.wrapping_add(off);
                 pkt.ext.reth = Some(Reth::new(va, w.wr.rkey, w.wr.len - off as u32));
                 pkt.bth.set_ack_req(true);
@@ -411,11 +417,11 @@ impl Requester {
                 return true;
             }
             WrOp::CmpSwap { compare, swap } => {
-                pkt.bth.set_opcode(op::CMP_SWAP);
+                pkt.bth.set_opcode(t.base() | op::CMP_SWAP);
                 pkt.ext.atomic = Some(AtomicEth::new(w.wr.remote_va, w.wr.rkey, swap, compare));
             }
             WrOp::FetchAdd { add } => {
-                pkt.bth.set_opcode(op::FETCH_ADD);
+                pkt.bth.set_opcode(t.base() | op::FETCH_ADD);
                 pkt.ext.atomic = Some(AtomicEth::new(w.wr.remote_va, w.wr.rkey, add, 0));
             }
             o => {
@@ -432,7 +438,6 @@ impl Requester {
                     (true, WrOp::SendInv(r)) => (Extra::Inv, None, Some(r)),
                     _ => (Extra::None, None, None),
                 };
-                let t = self.cfg.transport;
                 let code = if is_send {
                     opcode::send_opcode(t, pos, extra)
                 } else {
@@ -459,7 +464,7 @@ impl Requester {
                 // Also at the window's edge: nothing more goes out until this is ACKed.
                 let edge = psn::diff(p, self.una) + 1 >= self.limit() as i32;
                 let ask = ends || edge || (k + 1) % every == 0;
-                pkt.bth.set_ack_req(ask && self.cfg.transport == Transport::Rc);
+                pkt.bth.set_ack_req(ask && self.cfg.transport != Transport::Uc);
                 pkt.payload = &self.scratch[..n];
                 out.packet(&pkt);
                 return true;
@@ -489,7 +494,8 @@ impl Requester {
             self.stats.stale += 1;
             return; // stale, or a PSN we never sent
         }
-        let code = pkt.bth.opcode();
+        // The operation (the packet's transport was checked against ours).
+        let code = pkt.bth.opcode() & op::OPERATION;
         if code == op::ACK {
             let Some(aeth) = pkt.ext.aeth else { return };
             match aeth.syndrome() {

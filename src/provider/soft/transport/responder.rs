@@ -70,6 +70,10 @@ pub struct Responder {
     cache_next: usize,
     error: bool,
     scratch: Vec<u8>,
+    /// The transport's opcode bits, for what we send (RC or XRC).
+    base: u8,
+    /// XRC: the SRQ the message in progress is for; its later packets must name the same.
+    msg_srqn: Option<u32>,
     /// UC: no replies; see [`Responder::on_uc_request`].
     uc: bool,
     /// UC: the message in progress is being dropped, up to the next first packet.
@@ -123,6 +127,8 @@ impl Responder {
             cache_next: 0,
             error: false,
             scratch: vec![0; cfg.mtu() as usize],
+            base: cfg.transport.base(),
+            msg_srqn: None,
             uc: cfg.transport == Transport::Uc,
             uc_drop: false,
             reuse: None,
@@ -219,6 +225,15 @@ impl Responder {
         }
     }
 
+    /// A request the layer above cannot take (XRC: one naming no SRQ of the target's domain,
+    /// or any request to an initiator): at the expected PSN an invalid request (NAK, then the
+    /// QP is in error); anywhere else ignored, as a stray packet.
+    pub fn refuse(&mut self, pkt: &Packet<'_>, out: &mut impl Sink) {
+        if !self.error && pkt.bth.psn() == self.epsn {
+            self.class_c(ClassC::InvalidRequest, out);
+        }
+    }
+
     /// The next receive: one a dropped UC message left (it was never completed), or the queue's.
     fn take_recv(&mut self, rq: &mut impl RecvQueue) -> Option<Recv> {
         self.reuse.take().or_else(|| rq.pop())
@@ -237,7 +252,7 @@ impl Responder {
         if self.uc {
             return;
         }
-        let mut r = Packet::new(code, self.dest_qpn, p, &[]);
+        let mut r = Packet::new(self.base | code, self.dest_qpn, p, &[]);
         r.ext.aeth = Some(Aeth::new(syn, self.msn));
         out.packet(&r);
     }
@@ -251,7 +266,7 @@ impl Responder {
     /// A packet behind the expected PSN: already executed; answer, never execute again.
     fn duplicate(&mut self, pkt: &Packet<'_>, mem: &mut impl Memory, out: &mut impl Sink) {
         let p = pkt.bth.psn();
-        match pkt.bth.opcode() {
+        match operation(pkt.bth.opcode()) {
             op::READ_REQUEST => {
                 let Some(reth) = pkt.ext.reth else { return };
                 let hit = self.cache.iter().flatten().find(|r| {
@@ -306,6 +321,16 @@ impl Responder {
         };
         if !size_ok {
             return Err(ClassC::InvalidRequest);
+        }
+        // XRC: one message, one SRQ (the layer above took this packet's receive, keys and CQ
+        // from the SRQ it names).
+        let srqn = pkt.ext.xrc.map(|x| x.srqn());
+        match pos {
+            Position::First | Position::Only => self.msg_srqn = srqn,
+            Position::Middle | Position::Last if self.msg_srqn != srqn => {
+                return Err(ClassC::InvalidRequest)
+            }
+            _ => {}
         }
         let n = n as u32;
         match code {
@@ -523,7 +548,7 @@ impl Responder {
     }
 
     fn atomic_ack(&mut self, p: u32, orig: u64, out: &mut impl Sink) {
-        let mut r = Packet::new(op::ATOMIC_ACK, self.dest_qpn, p, &[]);
+        let mut r = Packet::new(self.base | op::ATOMIC_ACK, self.dest_qpn, p, &[]);
         r.ext.aeth = Some(Aeth::new(Syndrome::Ack { credits: NO_CREDITS }, self.msn));
         r.ext.atomic_ack = Some(AtomicAckEth::new(orig));
         out.packet(&r);
@@ -557,7 +582,7 @@ impl Responder {
                 (false, false) => Position::Middle,
             };
             let mut r = Packet::new(
-                opcode::read_response_opcode(pos),
+                self.base | opcode::read_response_opcode(pos),
                 self.dest_qpn,
                 psn::add(first, k),
                 &self.scratch[..n],
@@ -587,10 +612,10 @@ impl Responder {
     }
 }
 
-/// The operation of an RC or UC opcode: UC's opcodes are RC's with the transport bits set
+/// The operation of an opcode: UC's and XRC's opcodes are RC's with the transport bits set
 /// (the packet's transport was checked against the QP's before it got here).
 fn operation(code: u8) -> u8 {
-    code & !op::UC
+    code & op::OPERATION
 }
 
 /// Where a request opcode sits in its message; `None` for anything that is not an RC request.

@@ -13,12 +13,8 @@ const RKEY: u32 = 0x77;
 const GUARD: u32 = 0x78;
 const VA: u64 = 0x1_0000;
 
-/// A QP with receives posted and requests of every kind outstanding.
-fn target(rng: &mut Rng) -> (RcQp, TestMem, TestRq, TestOut) {
-    target_of(rng, Transport::Rc)
-}
-
-/// [`target`] on `t` (UC: SENDs and WRITEs only, and they complete as they go out).
+/// A QP on `t` with receives posted and requests of every kind outstanding (UC: SENDs and
+/// WRITEs only, and they complete as they go out).
 fn target_of(rng: &mut Rng, t: Transport) -> (RcQp, TestMem, TestRq, TestOut) {
     let mut c = RcConfig::new(0x22, 0x11, 1000, 500);
     c.transport = t;
@@ -102,17 +98,41 @@ fn memory_kept(mem: &TestMem, round: u32) {
     assert_eq!(mem.local_refused, 0, "round {round}: local access beyond a list");
 }
 
+/// `p` as the same operation on transport `t` (one `t` has), its headers refilled for that
+/// opcode near the interesting values (XRC: SRQ numbers 0..3, so messages change SRQ).
+fn retarget(rng: &mut Rng, p: &mut Packet<'_>, t: Transport) {
+    use crate::provider::soft::roce::opcode::{lookup, Ext};
+    let code = t.base() | (p.bth.opcode() & op::OPERATION);
+    let Some(info) = lookup(code) else { return };
+    p.bth.set_opcode(code);
+    let (va, rkey) = (VA + rng.below(4096), [RKEY, GUARD][rng.below(2) as usize]);
+    let len = [rng.below(5000) as u32, 256, 700][rng.below(3) as usize];
+    p.ext.reth = info.has(Ext::Reth).then(|| Reth::new(va, rkey, len));
+    p.ext.imm = info.has(Ext::ImmDt).then(|| ImmDt::new(rng.next() as u32));
+    p.ext.xrc = info.has(Ext::XrcEth).then(|| XrcEth::new(rng.below(3) as u32));
+}
+
 #[test]
 fn random_packets_never_panic_nor_reach_outside_memory() {
+    for t in [Transport::Rc, Transport::Xrc] {
+        random_packets_into(t);
+    }
+}
+
+/// Random packets into a connected QP on `t` (XRC: 80% of them XRC, retargeted).
+fn random_packets_into(t: Transport) {
     let mut rng = Rng::new(0x5eed);
     let mut payload = vec![0u8; 600];
     let mut errors = 0;
     for round in 0..3000 {
-        let (mut qp, mut mem, mut rq, mut out) = target(&mut rng);
+        let (mut qp, mut mem, mut rq, mut out) = target_of(&mut rng, t);
         for step in 0..40 {
             rng.fill(&mut payload);
             let n = [0, 1, 255, 256, 257, 300, 600][rng.below(7) as usize];
-            let p = random_packet(&mut rng, &payload[..n]);
+            let mut p = random_packet(&mut rng, &payload[..n]);
+            if t != Transport::Rc && rng.pct(80) {
+                retarget(&mut rng, &mut p, t);
+            }
             qp.on_packet(&p, step * 1000, &mut mem, &mut rq, &mut out);
             qp.poll(step * 1000 + rng.below(1 << 30), &mut mem, &mut out);
         }
@@ -126,7 +146,10 @@ fn random_packets_never_panic_nor_reach_outside_memory() {
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "round {round}: completions out of order");
         errors += usize::from(qp.is_error());
     }
-    assert!(errors > 100 && errors < 3000, "the random input reached both outcomes ({errors})");
+    assert!(
+        errors > 100 && errors < 3000,
+        "{t:?}: the random input reached both outcomes ({errors})"
+    );
 }
 
 /// The same against a UC QP, which answers nothing: no panic, no memory outside what was
@@ -146,15 +169,7 @@ fn random_packets_into_a_uc_qp() {
             let mut p = random_packet(&mut rng, &payload[..n]);
             if rng.pct(80) {
                 // Mostly UC opcodes (the rest must be dropped as another transport's).
-                let code = p.bth.opcode();
-                p.bth.set_opcode(op::UC | ((code & 0x1f) % 0x0c));
-                if let Some(info) = p.info() {
-                    use crate::provider::soft::roce::opcode::Ext;
-                    let (va, rkey) = (VA + rng.below(4096), [RKEY, GUARD][rng.below(2) as usize]);
-                    let len = [rng.below(5000) as u32, 256, 700][rng.below(3) as usize];
-                    p.ext.reth = info.has(Ext::Reth).then(|| Reth::new(va, rkey, len));
-                    p.ext.imm = info.has(Ext::ImmDt).then(|| ImmDt::new(rng.next() as u32));
-                }
+                retarget(&mut rng, &mut p, Transport::Uc);
             }
             qp.on_packet(&p, step * 1000, &mut mem, &mut rq, &mut out);
             qp.poll(step * 1000 + rng.below(1 << 30), &mut mem, &mut out);
@@ -174,7 +189,7 @@ fn random_bytes_through_the_decoder() {
     let mut buf = vec![0u8; 400];
     let mut fed = 0;
     for _ in 0..200 {
-        let (mut qp, mut mem, mut rq, mut out) = target(&mut rng);
+        let (mut qp, mut mem, mut rq, mut out) = target_of(&mut rng, Transport::Rc);
         for _ in 0..100 {
             let n = (rng.below(100) as usize + 16) & !3;
             rng.fill(&mut buf[..n]);
@@ -211,6 +226,11 @@ fn random_packets_into_a_ud_qp() {
         rng.fill(&mut payload);
         let n = [0, 1, 983, 984, 985, 1024, 1025, 1100][rng.below(8) as usize];
         let mut p = random_packet(&mut rng, &payload[..n]);
+        // Half of them UD (the table has many more connected opcodes).
+        let want_ud = rng.pct(50);
+        while want_ud && !p.info().is_some_and(|i| i.transport == Transport::Ud) {
+            p = random_packet(&mut rng, &payload[..n]);
+        }
         if let Some(d) = p.ext.deth.as_mut() {
             if rng.pct(50) {
                 *d = Deth::new(0x1234, d.src_qp());
