@@ -87,8 +87,11 @@ fn cm_messages() -> Vec<Msg> {
         ..Default::default()
     };
     hdr.write(&mut sidr.private_data.0).expect("216 bytes hold 36");
+    // The same for an XRC initiator (transport service type 3, extended transport type 1).
+    let xrc = cm::Req { transport: cm::ServiceType::Xrc, local_comm_id: 0x0bad_cafd, ..req };
     vec![
         Msg::Req(req),
+        Msg::Req(xrc),
         Msg::Mra(msgs::Mra {
             local_comm_id: 2,
             remote_comm_id: 0x0bad_cafe,
@@ -187,6 +190,16 @@ fn packet_fields(p: &Packet<'_>) -> Fields {
     f
 }
 
+/// The REQ's (transport service type, extended transport type) of `t` (IBA 12.6.5, A14).
+fn service_type(t: cm::ServiceType) -> (u8, u8) {
+    match t {
+        cm::ServiceType::Rc => (0, 0),
+        cm::ServiceType::Uc => (1, 0),
+        cm::ServiceType::Rd => (2, 0),
+        cm::ServiceType::Xrc => (3, 1),
+    }
+}
+
 /// The CM fields tshark's dissector shows (it has none for the bodies of MRA and SIDR).
 fn cm_fields(cm: &Cm) -> Fields {
     let mut f: Fields = vec![
@@ -212,6 +225,8 @@ fn cm_fields(cm: &Cm) -> Fields {
                 ("cm.req.pppmtu", r.path_mtu.to_string()),
                 ("cm.req.rnrretrcount", r.rnr_retry_count.to_string()),
                 ("cm.req.maxcmretr", r.max_cm_retries.to_string()),
+                ("cm.req.transpsvctype", service_type(r.transport).0.to_string()),
+                ("cm.req.ext_transport", service_type(r.transport).1.to_string()),
                 ("cm.req.prim_localgid_ipv4", cm::ip_from_gid(r.primary.local_gid).to_string()),
                 ("cm.req.prim_remotegid_ipv4", cm::ip_from_gid(r.primary.remote_gid).to_string()),
                 ("cm.req.prim_hoplim", r.primary.hop_limit.to_string()),

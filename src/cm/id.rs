@@ -852,6 +852,7 @@ impl CmId {
         };
         let mut m = Msg::new(proto::REQ);
         m.qpn = qpn;
+        m.transport = self.own_transport();
         (m.ece_vendor, m.ece_options) = lock(&self.st).local_ece;
         let sq_psn = if is_local(remote.ip()) { 0 } else { random_psn() };
         let mut params = ConnParams {

@@ -27,6 +27,11 @@ pub const REQ_PRIVATE: usize = 56;
 pub const REP_PRIVATE: usize = 196;
 pub const REJ_PRIVATE: usize = 148;
 
+/// `Msg::transport` of a REQ: the IB CM's transport service type of the initiator's QP.
+pub const TRANSPORT_RC: u8 = 0;
+pub const TRANSPORT_UC: u8 = 1;
+pub const TRANSPORT_XRC: u8 = 3;
+
 /// IB CM reject reason for a consumer reject.
 pub const REJ_CONSUMER: i32 = 28;
 /// IB CM reject reason when no listener matches (invalid service id).
@@ -47,7 +52,8 @@ pub struct Msg {
     pub srq: u8,
     /// REQ: the path MTU (`ibv_mtu`; 0 when the carrier has no path, i.e. one namespace).
     pub path_mtu: u8,
-    pub _pad: [u8; 1],
+    /// REQ: the initiator's QP type, as the IB CM's transport service type (`TRANSPORT_*`).
+    pub transport: u8,
     /// REQ, REP: the sender's starting PSN (its QP's `sq_psn`).
     pub psn: u32,
     /// SIDR: the responder's qkey.
@@ -81,7 +87,7 @@ impl Msg {
             rnr_retry_count: 0,
             srq: 0,
             path_mtu: 0,
-            _pad: [0; 1],
+            transport: TRANSPORT_RC,
             psn: 0,
             qkey: 0,
             ece_vendor: 0,

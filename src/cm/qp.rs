@@ -5,6 +5,7 @@
 //! the peer's QPN and starting PSN, our starting PSN, the path MTU, the negotiated depths.
 
 use super::id::{gid_of_addr, lock, sgid_index_of, CmId, ConnParams};
+use super::proto;
 use crate::errno::{Errno, Result};
 use crate::runtime::fork::PerProcess;
 use crate::sys::*;
@@ -374,6 +375,18 @@ impl CmId {
     pub(super) fn own_qpn(&self) -> Option<u32> {
         let qpp = self.raw.read().qp;
         qp::lookup(qpp).ok().map(|q| q.qpn)
+    }
+
+    /// The IB CM transport service type of the id's own QP (RC if it has none: a QP the
+    /// application connects itself, which the REQ cannot describe).
+    pub(super) fn own_transport(&self) -> u8 {
+        use ibv_qp_type::*;
+        let qpp = self.raw.read().qp;
+        match qp::lookup(qpp).map(|q| q.qp_type) {
+            Ok(IBV_QPT_UC) => proto::TRANSPORT_UC,
+            Ok(IBV_QPT_XRC_SEND) => proto::TRANSPORT_XRC,
+            _ => proto::TRANSPORT_RC,
+        }
     }
 }
 

@@ -91,8 +91,8 @@ REQ, REP, RTU, DREQ = 1, 2, 3, 5
 def cm_msg(kind, qpn=0x123456):
     """A well-formed CM message as rdmashim's CM sends it (src/cm/proto.rs `Msg`)."""
     wire = bytes(10) + b"\xff\xff" + bytes([127, 0, 0, 1]) + struct.pack(">H", 40000) + bytes(10)
-    # kind qpn status private_len · resp init flow retry rnr srq path_mtu pad · psn qkey
-    # ece_vendor ece_options · src dst private
+    # kind qpn status private_len · resp init flow retry rnr srq path_mtu transport (0: RC)
+    # · psn qkey ece_vendor ece_options · src dst private
     return struct.pack("<IIiI6BBxIIII28s28s196s", kind, qpn, 0, 0, 1, 1, 0, 7, 7, 0, 0, 0, 0, 0,
                        0, wire, wire, bytes(196))
 

@@ -66,7 +66,11 @@ pub fn to_wire(m: &Msg, c: &Ctx) -> Result<wire::Msg> {
             responder_resources: m.responder_resources,
             initiator_depth: m.initiator_depth,
             remote_cm_response_timeout: RESPONSE_TIMEOUT,
-            transport: ServiceType::Rc,
+            transport: match m.transport {
+                proto::TRANSPORT_UC => ServiceType::Uc,
+                proto::TRANSPORT_XRC => ServiceType::Xrc,
+                _ => ServiceType::Rc,
+            },
             flow_control: m.flow_control != 0,
             starting_psn: m.psn,
             local_cm_response_timeout: RESPONSE_TIMEOUT,
@@ -186,8 +190,8 @@ pub fn from_wire(w: &wire::Msg) -> Option<Msg> {
 pub fn request_from_wire(w: &wire::Msg) -> Option<(Msg, Request)> {
     let (kind, service_id, private, user_max) = match w {
         wire::Msg::Req(r) => {
-            // rdma_cm connects RC (and UC) QPs only; a QPN is required.
-            if r.transport != ServiceType::Rc || r.local_qpn == 0 {
+            // rdma_cm connects RC, UC and XRC QPs (not RD); a QPN is required.
+            if r.transport == ServiceType::Rd || r.local_qpn == 0 {
                 return None;
             }
             (proto::REQ, r.service_id, r.private_data.as_slice(), proto::REQ_PRIVATE)
@@ -214,6 +218,11 @@ pub fn request_from_wire(w: &wire::Msg) -> Option<(Msg, Request)> {
         m.rnr_retry_count = r.rnr_retry_count;
         m.srq = r.srq.into();
         m.path_mtu = r.path_mtu;
+        m.transport = match r.transport {
+            ServiceType::Uc => proto::TRANSPORT_UC,
+            ServiceType::Xrc => proto::TRANSPORT_XRC,
+            _ => proto::TRANSPORT_RC,
+        };
     } else {
         m.qkey = crate::cm::ud::UDP_QKEY;
     }

@@ -6,26 +6,34 @@ use super::WireError;
 /// Private data bytes of a REQ.
 pub const REQ_PRIVATE: usize = 92;
 
-/// Transport service type of a REQ.
+/// Transport service type of a REQ (XRC: type 3 with extended transport type 1, annex A14).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ServiceType {
     #[default]
     Rc,
     Uc,
     Rd,
+    Xrc,
 }
 
 impl ServiceType {
-    fn from_bits(v: u8) -> Result<Self, WireError> {
-        match v {
-            0 => Ok(ServiceType::Rc),
-            1 => Ok(ServiceType::Uc),
-            2 => Ok(ServiceType::Rd),
+    fn from_bits(v: u8, extended: u8) -> Result<Self, WireError> {
+        match (v, extended) {
+            (0, _) => Ok(ServiceType::Rc),
+            (1, _) => Ok(ServiceType::Uc),
+            (2, _) => Ok(ServiceType::Rd),
+            (3, 1) => Ok(ServiceType::Xrc),
             _ => Err(WireError::BadField("transport service type")),
         }
     }
-    fn bits(self) -> u8 {
-        self as u8
+    /// (Transport service type, extended transport type).
+    fn bits(self) -> (u8, u8) {
+        match self {
+            ServiceType::Rc => (0, 0),
+            ServiceType::Uc => (1, 0),
+            ServiceType::Rd => (2, 0),
+            ServiceType::Xrc => (3, 1),
+        }
     }
 }
 
@@ -87,8 +95,8 @@ impl Path {
     }
 }
 
-/// Connection request: the fields rdma_cm fills. RD (EECNs), XRC (extended transport type)
-/// and vendor ids are not carried; they are sent as zero and ignored on receive.
+/// Connection request: the fields rdma_cm fills. RD (EECNs) and vendor ids are not carried;
+/// they are sent as zero and ignored on receive.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Req {
     pub local_comm_id: u32,
@@ -138,7 +146,7 @@ impl Req {
             responder_resources: get8(b, 35),
             initiator_depth: get8(b, 39),
             remote_cm_response_timeout: getbits(b, 43, 0, 5),
-            transport: ServiceType::from_bits(getbits(b, 43, 5, 2))?,
+            transport: ServiceType::from_bits(getbits(b, 43, 5, 2), getbits(b, 51, 5, 3))?,
             flow_control: getbits(b, 43, 7, 1) != 0,
             starting_psn: get24(b, 44),
             local_cm_response_timeout: getbits(b, 47, 0, 5),
@@ -163,7 +171,9 @@ impl Req {
         put8(b, 35, self.responder_resources);
         put8(b, 39, self.initiator_depth);
         putbits(b, 43, 0, 5, self.remote_cm_response_timeout);
-        putbits(b, 43, 5, 2, self.transport.bits());
+        let (transport, extended) = self.transport.bits();
+        putbits(b, 43, 5, 2, transport);
+        putbits(b, 51, 5, 3, extended);
         putbits(b, 43, 7, 1, self.flow_control.into());
         put24(b, 44, self.starting_psn);
         putbits(b, 47, 0, 5, self.local_cm_response_timeout);

@@ -182,6 +182,13 @@ fn req_fields_sit_at_the_published_offsets() {
     assert_eq!(&b[at(44)..at(48)], [0xab, 0xcd, 0xef, 0x19 << 3 | 6]);
     // P_Key(16) · MTU(4) RDC(1) RNR retry(3) · max CM retries(4) SRQ(1) ext. transport(3).
     assert_eq!(&b[at(48)..at(52)], [0xff, 0xff, 3 << 4 | 7, 15 << 4 | 1 << 3]);
+    // XRC: transport service type 3, extended transport type 1.
+    let x = enc(Msg::Req(Req { transport: ServiceType::Xrc, ..req() }), 0);
+    assert_eq!((x[at(43)] >> 1 & 3, x[at(51)] & 7), (3, 1));
+    assert!(matches!(
+        decode(&x),
+        Ok(Cm { msg: Msg::Req(Req { transport: ServiceType::Xrc, .. }), .. })
+    ));
     // Primary path at 52, alternate at 96.
     for (base, seed) in [(52, 1u8), (96, 2)] {
         assert_eq!(&b[at(base)..at(base + 4)], [0xff, 0xff, 0xff, 0xfe]);
@@ -257,7 +264,8 @@ fn decode_reports_every_error() {
     }
     assert_eq!(
         with(at(43), 0x17 << 3 | 3 << 1),
-        Err(WireError::BadField("transport service type"))
+        Err(WireError::BadField("transport service type")),
+        "type 3 without extended transport type 1 (XRC)"
     );
     assert_eq!(with(at(50), 7), Err(WireError::BadField("path MTU")));
     assert_eq!(with(at(50), 6 << 4), Err(WireError::BadField("path MTU")));
