@@ -33,6 +33,7 @@ impl SoftQp {
             recv_cq: &*self.recv_cq,
             sig_all: self.sq_sig_all,
             access,
+            xrc_cq: None,
         }
     }
 
@@ -159,6 +160,7 @@ impl SoftQp {
             ctx.srq = Some(&*t.srq);
             ctx.keys = &*t.keys;
             ctx.recv_cq = &*t.cq;
+            ctx.xrc_cq = Some(t.cq.clone());
         }
         let Some(n) = st.net.as_mut() else { return false };
         if !n.is_peer(from) {

@@ -44,6 +44,10 @@ struct Posted {
     signaled: bool,
 }
 
+/// A receive the engine took: (wr_id, list handle, the CQ it completes on if not the QP's: an
+/// XRC target's receives belong to the SRQ each request named).
+type Taken = (u64, u64, Option<Arc<dyn CompletionSink>>);
+
 /// What the engine's lists and completions are matched against.
 #[derive(Default)]
 pub(super) struct Book {
@@ -51,8 +55,8 @@ pub(super) struct Book {
     next: u64,
     /// Requests in the engine, oldest first: (request, its list handle).
     sends: VecDeque<(Posted, u64)>,
-    /// Receives the engine took, oldest first: (wr_id, list handle).
-    recvs: VecDeque<(u64, u64)>,
+    /// Receives the engine took, oldest first.
+    recvs: VecDeque<Taken>,
 }
 
 impl Book {
@@ -72,6 +76,9 @@ pub struct Ctx<'a> {
     pub recv_cq: &'a dyn CompletionSink,
     pub sig_all: bool,
     pub access: u32,
+    /// XRC target: `recv_cq` owned (the CQ of the SRQ the request names), so that receives
+    /// taken now can be flushed there later.
+    pub xrc_cq: Option<Arc<dyn CompletionSink>>,
 }
 
 /// What a call into the engine led to.
@@ -284,9 +291,9 @@ impl NetRc {
         });
         self.io.flush();
         let book = self.book.get_mut();
-        for (wr_id, h) in book.recvs.drain(..) {
+        for (wr_id, h, cq) in book.recvs.drain(..) {
             book.lists.remove(&h);
-            ctx.recv_cq.push(Completion {
+            cq.as_deref().unwrap_or(ctx.recv_cq).push(Completion {
                 wr_id,
                 status: IBV_WC_WR_FLUSH_ERR,
                 opcode: IBV_WC_RECV,
@@ -334,7 +341,7 @@ impl NetRc {
     ) -> Outcome {
         let book = &self.book;
         let mut mem = Mem { keys: ctx.keys, book, access: ctx.access };
-        let mut q = Rq { rq, srq: ctx.srq, book };
+        let mut q = Rq { rq, srq: ctx.srq, cq: ctx.xrc_cq.as_ref(), book };
         let mut out = Out {
             io: &mut self.io,
             book,
@@ -402,6 +409,8 @@ fn opcode_of(o: t::WcOpcode) -> u32 {
 struct Rq<'a> {
     rq: &'a mut VecDeque<RecvWqe>,
     srq: Option<&'a dyn SharedRecvQueue>,
+    /// Where the receives taken complete if not on the QP's CQ (`Ctx::xrc_cq`).
+    cq: Option<&'a Arc<dyn CompletionSink>>,
     book: &'a RefCell<Book>,
 }
 
@@ -414,7 +423,7 @@ impl t::RecvQueue for Rq<'_> {
         let len = u32::try_from(w.sges.total()).unwrap_or(u32::MAX);
         let mut book = self.book.borrow_mut();
         let h = book.add(List::Recv(w.sges));
-        book.recvs.push_back((w.wr_id, h));
+        book.recvs.push_back((w.wr_id, h, self.cq.cloned()));
         Some(t::Recv { wr_id: w.wr_id, sgl: t::Sgl(h), len })
     }
 }
@@ -451,7 +460,7 @@ impl t::Sink for Out<'_> {
             ..Completion::default()
         };
         if c.is_recv {
-            if let Some((_, h)) = book.recvs.pop_front() {
+            if let Some((_, h, _)) = book.recvs.pop_front() {
                 book.lists.remove(&h);
             }
             if let Some(imm) = c.imm {
