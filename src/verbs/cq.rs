@@ -303,10 +303,13 @@ impl Cq {
         Ok(())
     }
 
+    /// `qp` feeds this CQ (once, however many of its queues or SRQs complete here).
     pub fn attach(&self, qp: Weak<Qp>) {
         let mut l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
         l.retain(|w| w.strong_count() > 0);
-        l.push(qp);
+        if !l.iter().any(|w| w.ptr_eq(&qp)) {
+            l.push(qp);
+        }
     }
 
     /// Adds a completion and raises the channel event if the CQ is armed for it (once its

@@ -105,10 +105,18 @@ impl Xrcd {
         Ok(())
     }
 
-    /// A new SRQ number in this domain for `srq`, counted as a user of this handle.
+    /// A new SRQ number in this domain for `srq`, counted as a user of this handle. The
+    /// domain's target QPs feed its CQ from now on: polling it runs them, as polling a QP's
+    /// own CQ does.
     pub fn add_srq(&self, srq: &Arc<Srq>, srqn: u32) {
         lock(&self.domain.srqs).insert(srqn, Arc::downgrade(srq));
         self.users.fetch_add(1, Ordering::AcqRel);
+        if let Some(x) = &srq.xrc {
+            let qps: Vec<Weak<Qp>> = lock(&self.domain.qps).values().cloned().collect();
+            for q in qps {
+                x.cq.attach(q);
+            }
+        }
     }
 
     pub fn remove_srq(&self, srqn: u32) {
@@ -116,9 +124,16 @@ impl Xrcd {
         self.users.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// A target QP of this domain, counted as a user of this handle; it feeds the CQs of the
+    /// domain's SRQs (see `add_srq`).
     pub fn add_qp(&self, qp: &Arc<Qp>) {
         lock(&self.domain.qps).insert(qp.qpn, Arc::downgrade(qp));
         self.users.fetch_add(1, Ordering::AcqRel);
+        let srqs: Vec<Arc<Srq>> =
+            lock(&self.domain.srqs).values().filter_map(Weak::upgrade).collect();
+        for s in srqs.iter().filter_map(|s| s.xrc.as_ref()) {
+            s.cq.attach(Arc::downgrade(qp));
+        }
     }
 
     pub fn remove_qp(&self, qpn: u32) {
