@@ -128,7 +128,7 @@ fuzz_target!(|data: &[u8]| {
     let ops = [WrOp::Send, WrOp::Read, WrOp::FetchAdd { add: 1 }, WrOp::Write];
     for (k, op) in ops.into_iter().enumerate() {
         let len = if op.is_atomic() { 8 } else { 700 };
-        let wr = SendWr { wr_id: k as u64, op, sgl: Sgl(k as u64), len, remote_va: VA, rkey: RKEY, signaled: true, solicited: false };
+        let wr = SendWr { wr_id: k as u64, op, sgl: Sgl(k as u64), len, remote_va: VA, rkey: RKEY, signaled: true, solicited: false, xrc_srqn: 0 };
         qp.post(wr, &mut out).unwrap();
     }
     let mut now = 0u64;

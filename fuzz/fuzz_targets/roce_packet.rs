@@ -1,6 +1,7 @@
 //! A RoCEv2 packet from the network: decoding must accept any bytes without panicking, and what
 //! decodes must re-encode to the same packet (every bit the encoder writes, ICRC aside, comes
-//! from the input; only reserved bits and pad bytes may be dropped).
+//! from the input; only reserved bits (the BTH's, DETH's and XRCETH's) and pad bytes may be
+//! dropped).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -35,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(q.bth, p.bth.canonical());
     let mut ext = p.ext;
     ext.deth = ext.deth.map(|d| d.canonical());
+    ext.xrc = ext.xrc.map(|x| x.canonical());
     assert_eq!(q.ext, ext);
     // A packet that verified and had nothing to drop comes back byte for byte.
     let pad = &data[n - 4 - usize::from(p.bth.pad_cnt())..n - 4];
