@@ -221,14 +221,7 @@ impl Requester {
         };
         while self.sq.front().is_some_and(|w| w.done()) {
             let Some(w) = self.sq.pop_front() else { break };
-            if w.wr.signaled {
-                out.completion(Completion::send(
-                    w.wr.wr_id,
-                    Status::Success,
-                    w.wr.op.wc_opcode(),
-                    w.wr.len,
-                ));
-            }
+            succeeded(&w, out);
         }
     }
 
@@ -240,14 +233,7 @@ impl Requester {
         let mut first = true;
         while let Some(w) = self.sq.pop_front() {
             if w.done() {
-                if w.wr.signaled {
-                    out.completion(Completion::send(
-                        w.wr.wr_id,
-                        Status::Success,
-                        w.wr.op.wc_opcode(),
-                        w.wr.len,
-                    ));
-                }
+                succeeded(&w, out);
                 continue;
             }
             let s = if first { status } else { Status::WrFlushErr };
@@ -259,5 +245,17 @@ impl Requester {
     /// The QP went to error elsewhere (the responder half): every request flushes.
     pub(crate) fn flush(&mut self, out: &mut impl Sink) {
         self.fail(Status::WrFlushErr, out);
+    }
+}
+
+/// The completion of a request the peer acknowledged in full (none if it was unsignaled).
+fn succeeded(w: &Wqe, out: &mut impl Sink) {
+    if w.wr.signaled {
+        out.completion(Completion::send(
+            w.wr.wr_id,
+            Status::Success,
+            w.wr.op.wc_opcode(),
+            w.wr.len,
+        ));
     }
 }
