@@ -24,9 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
-
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-	fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } } while (0)
+#include "net_side.h"
 
 enum { SLOTS = 128, MAX_AREA = 64 << 20, ADDS = 200, DEPTH = 16, SEND_DEPTH = 64,
        TIMEOUT_MS = 120000 };
@@ -58,40 +56,6 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 static uint32_t msg_len(uint32_t k)
 {
 	return sizeof(struct hdr) + (uint32_t)(((uint64_t)k * 7919u) % (MAXMSG - sizeof(struct hdr) + 1));
-}
-
-static void xfer(int fd, void *p, size_t n, int out)
-{
-	for (size_t d = 0; d < n;) {
-		ssize_t r = out ? write(fd, (char *)p + d, n - d) : read(fd, (char *)p + d, n - d);
-		CHECK(r > 0, "tcp %s", out ? "write" : "read");
-		d += r;
-	}
-}
-
-static int tcp(const char *host, const char *port)
-{
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = host ? 0 : AI_PASSIVE }, *res;
-	CHECK(getaddrinfo(host, port, &hints, &res) == 0, "getaddrinfo");
-	int s = socket(res->ai_family, res->ai_socktype, 0);
-	CHECK(s >= 0, "socket");
-	if (host) {
-		for (int i = 0; connect(s, res->ai_addr, res->ai_addrlen) != 0; i++) {
-			CHECK(i < 100, "connect");
-			usleep(100000);
-		}
-		freeaddrinfo(res);
-		return s;
-	}
-	int one = 1;
-	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	CHECK(bind(s, res->ai_addr, res->ai_addrlen) == 0 && listen(s, 1) == 0, "listen");
-	freeaddrinfo(res);
-	int c = accept(s, NULL, NULL);
-	CHECK(c >= 0, "accept");
-	close(s);
-	return c;
 }
 
 static struct ibv_context *ctx;
@@ -142,40 +106,6 @@ static struct ibv_wc poll1(void)
 		}
 		spin = 0;
 	}
-}
-
-static void connect_qp(struct info *me, const struct info *peer, int gidx)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-						    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE };
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-	      "INIT");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_4096; /* the route's MTU lowers it */
-	a.dest_qp_num = peer->qpn;
-	a.rq_psn = peer->psn;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
-	a.ah_attr.grh.sgid_index = gidx;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-	      "RTR");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = me->psn;
-	a.timeout = 14; /* 67 ms, what the CM sets on a RoCE route */
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-	      "RTS");
 }
 
 static void post(enum ibv_wr_opcode op, void *buf, uint32_t len, uint32_t lkey, uint64_t raddr,
@@ -244,7 +174,7 @@ int main(int argc, char **argv)
 	int s = server ? tcp(NULL, argv[2]) : tcp(argv[2], argv[3]);
 	xfer(s, &me, sizeof me, 1);
 	xfer(s, &peer, sizeof peer, 0);
-	connect_qp(&me, &peer, gidx);
+	net_connect_qp(qp, me.psn, peer.qpn, peer.psn, peer.gid, gidx);
 	if (server) {
 		for (int i = 0; i < SLOTS; i++) {
 			struct ibv_sge sge = { (uintptr_t)(mem + (size_t)i * MAXMSG), MAXMSG, mr->lkey };

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""c-tests/net_stream.c across two network namespaces (RoCEv2 over UDP): SENDs exactly once and
-in order with their checksums, RDMA WRITEs read back byte-exact and checked by both sides,
-fetch-and-adds executed once.
+"""A two-process C test across two network namespaces (RoCEv2 over UDP), clean and then under
+provider faults: c-tests/net_stream.c (SENDs exactly once and in order with their checksums,
+RDMA WRITEs read back byte-exact and checked by both sides, fetch-and-adds executed once) or
+c-tests/net_verbs.c (memory windows, SEND_WITH_INV, ODP and device memory reached by the peer).
+Either takes `server PORT GIDX` / `client HOST PORT GIDX` and prints "<name>: OK".
 
+  net_stream.py PATH/TO/net_verbs             # clean, then under faults
   net_stream.py PATH/TO/net_stream            # 400 SENDs and 1 MiB: clean, then under faults
   net_stream.py PATH/TO/net_stream --full     # issue 8's scale: 1,000,000 SENDs, 1 GiB of
                                               # WRITEs and 1 GiB of READs, twice: under
@@ -36,9 +39,10 @@ FULL_TIMEOUT = 1500
 TIMEOUT = 240
 
 def run(fx, prog, faults, sizes=(), timeout=TIMEOUT, tag=None):
+    name = os.path.basename(prog)
     sp, cp, sip, cip = fixture.pair_env(fx)
     # Each RC QP's transport state and last packets, shown when the run fails.
-    trace = tempfile.NamedTemporaryFile(prefix="net_stream-", suffix=".trace", delete=False)
+    trace = tempfile.NamedTemporaryFile(prefix=name + "-", suffix=".trace", delete=False)
     trace.close()
     env = ["env", "RDMASHIM_PROVIDER=soft", f"RDMASHIM_NET_DEBUG={trace.name}"] \
         + ([f"RDMASHIM_FAULTS={faults}"] if faults else [])
@@ -68,9 +72,9 @@ def run(fx, prog, faults, sizes=(), timeout=TIMEOUT, tag=None):
     tag = tag or (f"faults {faults}" if faults else "no faults")
     print(f"--- server ({tag}), exit {server.returncode} ---\n{sout}")
     print(f"--- client ({tag}), exit {crc} ---\n{cout}")
-    ok = server.returncode == 0 and crc == 0 and "net_stream: OK" in sout \
-        and "net_stream: OK" in cout
-    print(f"net_stream.py: {'PASS' if ok else 'FAIL'} ({tag}, {time.monotonic() - t0:.0f} s)",
+    ok = server.returncode == 0 and crc == 0 and f"{name}: OK" in sout \
+        and f"{name}: OK" in cout
+    print(f"net_stream.py: {name} {'PASS' if ok else 'FAIL'} ({tag}, {time.monotonic() - t0:.0f} s)",
           flush=True)
     if not ok:
         show_trace(trace.name)
