@@ -9,8 +9,8 @@
 use libfuzzer_sys::fuzz_target;
 use rdmashim::provider::soft::roce::{self, Flow, Packet};
 use rdmashim::provider::soft::transport::{
-    Access, AtomicOp, Completion, MemError, Memory, QpEvent, RcConfig, RcQp, Recv, RecvQueue, SendWr,
-    Sgl, Sink, WrOp,
+    Access, AtomicOp, Completion, MemError, Memory, QpEvent, RcConfig, RcQp, Recv, RecvQueue,
+    SendWr, Sgl, Sink, WrOp,
 };
 
 const RKEY: u32 = 0x77;
@@ -77,14 +77,24 @@ impl Memory for Mem {
         let cell = self.remote(rkey, va, 8, Access::RemoteAtomic)?;
         let orig = u64::from_ne_bytes(cell[..8].try_into().unwrap());
         let new = match op {
-            AtomicOp::CmpSwap { compare, swap } => if orig == compare { swap } else { orig },
+            AtomicOp::CmpSwap { compare, swap } => {
+                if orig == compare {
+                    swap
+                } else {
+                    orig
+                }
+            }
             AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
         };
         cell.copy_from_slice(&new.to_ne_bytes());
         Ok(orig)
     }
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
-        if rkey == RKEY { Ok(()) } else { Err(MemError::Access) }
+        if rkey == RKEY {
+            Ok(())
+        } else {
+            Err(MemError::Access)
+        }
     }
 }
 
@@ -120,15 +130,27 @@ fuzz_target!(|data: &[u8]| {
     let mut cfg = RcConfig::new(0x22, 0x11, 1000, 500);
     cfg.mtu = 256 << (m % 5);
     cfg.max_dest_rd_atomic = 2;
-    let flow = Flow::new("10.0.0.1:49152".parse().unwrap(), "10.0.0.2:4791".parse().unwrap()).unwrap();
+    let flow =
+        Flow::new("10.0.0.1:49152".parse().unwrap(), "10.0.0.2:4791".parse().unwrap()).unwrap();
     let mut out = Out { flow, buf: vec![0; 8192], events: 0 };
-    let mut mem = Mem { rw: vec![0; 4096], ro: vec![0; 4096], local: vec![0; 8192], refused_local: false };
+    let mut mem =
+        Mem { rw: vec![0; 4096], ro: vec![0; 4096], local: vec![0; 8192], refused_local: false };
     let mut rq = Rq(0);
     let mut qp = RcQp::new(&cfg);
     let ops = [WrOp::Send, WrOp::Read, WrOp::FetchAdd { add: 1 }, WrOp::Write];
     for (k, op) in ops.into_iter().enumerate() {
         let len = if op.is_atomic() { 8 } else { 700 };
-        let wr = SendWr { wr_id: k as u64, op, sgl: Sgl(k as u64), len, remote_va: VA, rkey: RKEY, signaled: true, solicited: false, xrc_srqn: 0 };
+        let wr = SendWr {
+            wr_id: k as u64,
+            op,
+            sgl: Sgl(k as u64),
+            len,
+            remote_va: VA,
+            rkey: RKEY,
+            signaled: true,
+            solicited: false,
+            xrc_srqn: 0,
+        };
         qp.post(wr, &mut out).unwrap();
     }
     let mut now = 0u64;

@@ -8,7 +8,9 @@
 use libfuzzer_sys::fuzz_target;
 use rdmashim::provider::soft::ring::{SegHdr, SEG_DATA};
 use rdmashim::provider::soft::segcheck::{check, Awaits, Open, Outstanding, Step};
-use rdmashim::sys::ibv_wc_status::{IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR};
+use rdmashim::sys::ibv_wc_status::{
+    IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR,
+};
 
 const HDR: usize = 64;
 
@@ -60,9 +62,7 @@ fuzz_target!(|data: &[u8]| {
     let mut open: Option<Open> = None;
     for b in data[8..].chunks_exact(HDR) {
         let h = header(b);
-        let r = check(open, &h, |seq| {
-            (1..=4).contains(&seq).then(|| out[seq as usize - 1])
-        });
+        let r = check(open, &h, |seq| (1..=4).contains(&seq).then(|| out[seq as usize - 1]));
         let Ok(step) = r else { continue };
         match step {
             Step::Data { len, off, n, .. } => {

@@ -9,7 +9,8 @@ use rdmashim::provider::soft::roce::{self, DecodeError, Flow};
 
 fuzz_target!(|data: &[u8]| {
     // The flow examples/roce_vectors writes its seeds on.
-    let flow = Flow::new("127.0.0.1:49374".parse().unwrap(), "127.0.0.2:4791".parse().unwrap()).unwrap();
+    let flow =
+        Flow::new("127.0.0.1:49374".parse().unwrap(), "127.0.0.2:4791".parse().unwrap()).unwrap();
     let verified = roce::decode(data, &flow);
     let p = match roce::decode_unverified(data) {
         Ok(p) => p,
