@@ -19,6 +19,7 @@ pub mod pd;
 pub mod ptr_list;
 pub mod qp;
 pub mod qp_ex;
+pub mod qp_state;
 pub mod send_wr;
 pub mod srq;
 pub mod ud;
