@@ -1,7 +1,9 @@
 /* ibv_import_pd(3) (and ibv_unimport_pd): the PD of a handle in an imported context, usable in
- * every verb that takes a PD; unimport releases it without destroying the object. */
+ * every verb that takes a PD; unimport releases it without destroying the object; a dealloc
+ * of any handle destroys it for all. */
 #include "ibvhelp.h"
 
+#include <errno.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -32,6 +34,39 @@ int main(int argc, char **argv)
 	CLAUSE("DESC-UNIMPORT", ip && m2, "the original PD after the unimport: reg_mr %p", (void *)m2);
 	if (m2)
 		ibv_dereg_mr(m2);
+	/* DESCRIPTION: ibv_dealloc_pd on any handle goes to the kernel to destroy the object;
+	 * "once destroy is done no other process can touch the object except for unimport". The
+	 * original is deallocated while an import lives: that succeeds, and the import is then
+	 * refused by every verb but ibv_unimport_pd. */
+	struct ibv_pd *pd2 = ibv_alloc_pd(d.ctx);
+	struct ibv_pd *ip2 = ic && pd2 ? ibv_import_pd(ic, pd2->handle) : NULL;
+	int rc = ip2 ? ibv_dealloc_pd(pd2) : -1;
+	errno = 0;
+	struct ibv_mr *m3 = ip2 && rc == 0 ? ibv_reg_mr(ip2, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	int e3 = errno;
+	CLAUSE("DESC-DESTROY", ip2 && rc == 0 && !m3 && e3 == EINVAL,
+	       "dealloc of the original with an import alive: %d; reg_mr on the import after it: %p (%s)", rc,
+	       (void *)m3, conf_errname(e3));
+	if (m3)
+		ibv_dereg_mr(m3);
+	if (ip2)
+		ibv_unimport_pd(ip2);
+	else if (pd2)
+		ibv_dealloc_pd(pd2);
+	/* The same through the import: its dealloc destroys the original's object too. */
+	struct ibv_pd *pd3 = ibv_alloc_pd(d.ctx);
+	struct ibv_pd *ip3 = ic && pd3 ? ibv_import_pd(ic, pd3->handle) : NULL;
+	rc = ip3 ? ibv_dealloc_pd(ip3) : -1;
+	errno = 0;
+	struct ibv_mr *m4 = ip3 && rc == 0 ? ibv_reg_mr(pd3, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	int e4 = errno;
+	CLAUSE("DESC-DESTROY-IMPORT", ip3 && rc == 0 && !m4 && e4 == EINVAL,
+	       "dealloc of the import: %d; reg_mr on the original after it: %p (%s)", rc, (void *)m4,
+	       conf_errname(e4));
+	if (m4)
+		ibv_dereg_mr(m4);
+	if (!ip3 && pd3)
+		ibv_dealloc_pd(pd3);
 	if (ic)
 		ibv_close_device(ic);
 	else if (fd >= 0)

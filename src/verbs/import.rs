@@ -71,7 +71,7 @@ pub fn import_dm(ctx: Arc<Context>, handle: u32) -> Result<*mut ibv_dm> {
 /// `ibv_unimport_pd`, `_mr`, `_dm`: the struct goes, the object stays (nothing to report: the
 /// calls return void).
 pub fn unimport_pd(p: *mut ibv_pd) {
-    objects().pds.remove(p);
+    Pd::unimport(p);
 }
 
 pub fn unimport_mr(p: *mut ibv_mr) {

@@ -35,6 +35,36 @@ pub struct Parent {
     pub td: Option<Arc<Td>>,
     /// The MRs registered on the parent domain (their `Mr` holds the domain).
     mrs: Mutex<Vec<Weak<Mr>>>,
+    /// An `ibv_import_pd` struct: another handle of `pd`'s object, not a domain of its own.
+    imported: bool,
+}
+
+/// The C structs of handles whose object another handle destroyed (an import, or the original
+/// after its import was deallocated): out of the registry, so every verb refuses them, and
+/// kept allocated, so that their address is not handed to a new PD while the application may
+/// still pass them to `ibv_unimport_pd` (the only call the man page allows on them). Only the
+/// struct is kept (not the context it names), unless another thread held the PD just then.
+static DESTROYED: Mutex<Vec<Stale>> = Mutex::new(Vec::new());
+
+enum Stale {
+    Struct(CBox<ibv_pd>),
+    Whole(Arc<Pd>),
+}
+
+impl Stale {
+    fn of(h: Arc<Pd>) -> Stale {
+        match Arc::try_unwrap(h) {
+            Ok(pd) => Stale::Struct(pd.raw),
+            Err(h) => Stale::Whole(h),
+        }
+    }
+
+    fn ptr(&self) -> *mut ibv_pd {
+        match self {
+            Stale::Struct(raw) => raw.as_ptr(),
+            Stale::Whole(h) => h.raw.as_ptr(),
+        }
+    }
 }
 
 /// A thread domain (`ibv_alloc_td`).
@@ -59,10 +89,10 @@ impl Pd {
 
     /// `ibv_import_pd`: a PD struct on `ctx` for `pd` (of a context sharing `ctx`'s objects),
     /// with `pd`'s handle. It wraps `pd` as a parent domain does, so that everything created on
-    /// it is in `pd`'s domain; `pd` is in use while the import lives (`ibv_unimport_pd`).
+    /// it is in `pd`'s domain. Both are handles of one object (`dealloc` destroys it for both).
     pub fn import(ctx: Arc<Context>, pd: Arc<Pd>) -> Result<*mut ibv_pd> {
         let handle = pd.handle();
-        let parent = Parent { pd, td: None, mrs: Mutex::new(Vec::new()) };
+        let parent = Parent { pd, td: None, mrs: Mutex::new(Vec::new()), imported: true };
         Self::publish_as(CBox::zeroed(), handle, ctx, Some(parent))
     }
 
@@ -96,7 +126,7 @@ impl Pd {
         if !Arc::ptr_eq(&pd.ctx, &ctx) || td.as_ref().is_some_and(|t| !Arc::ptr_eq(&t.ctx, &ctx)) {
             return Err(Errno::EINVAL);
         }
-        Self::publish(ctx, Some(Parent { pd, td, mrs: Mutex::new(Vec::new()) }))
+        Self::publish(ctx, Some(Parent { pd, td, mrs: Mutex::new(Vec::new()), imported: false }))
     }
 
     /// The protection domain objects created on this one belong to: itself, or the innermost
@@ -130,14 +160,45 @@ impl Pd {
     }
 
     /// `EBUSY` while MRs, QPs, SRQs, AHs or CQs still use the PD or parent domain, or a parent
-    /// domain wraps it, as the kernel and mlx5 answer.
+    /// domain wraps it, as the kernel and mlx5 answer. A PD and its imports are handles of one
+    /// object: deallocating any of them destroys it (ibv_import_pd(3): it "will go to the
+    /// kernel to destroy the object"), if nothing made through any of them still uses it; the
+    /// other handles are then good for `ibv_unimport_pd` only.
     pub fn dealloc(p: *mut ibv_pd) -> Result<()> {
         let pd = objects().pds.get(p)?;
-        if Self::busy(&pd) {
+        let object = match &pd.parent {
+            Some(w) if w.imported => w.pd.clone(),
+            _ => pd.clone(),
+        };
+        let imports: Vec<Arc<Pd>> = objects()
+            .pds
+            .values()
+            .into_iter()
+            .filter(|x| {
+                x.parent.as_ref().is_some_and(|w| w.imported && Arc::ptr_eq(&w.pd, &object))
+            })
+            .collect();
+        if Self::busy(&object) || imports.iter().any(Self::busy) {
             return Err(Errno::EBUSY);
         }
+        // Imports first: each holds the object.
+        let others: Vec<Arc<Pd>> =
+            imports.into_iter().chain([object]).filter(|h| h.raw.as_ptr() != p).collect();
+        drop(pd);
         objects().pds.remove(p);
+        for h in &others {
+            objects().pds.remove(h.raw.as_ptr());
+        }
+        let mut destroyed = DESTROYED.lock().unwrap_or_else(|e| e.into_inner());
+        destroyed.extend(others.into_iter().map(Stale::of));
         Ok(())
+    }
+
+    /// `ibv_unimport_pd`: the struct goes, the object stays; a handle whose object was
+    /// destroyed is released too.
+    pub fn unimport(p: *mut ibv_pd) {
+        objects().pds.remove(p);
+        DESTROYED.lock().unwrap_or_else(|e| e.into_inner()).retain(|h| h.ptr() != p);
     }
 
     fn busy(pd: &Arc<Pd>) -> bool {
@@ -160,7 +221,7 @@ impl Pd {
             || o.pds
                 .values()
                 .iter()
-                .any(|x| x.parent.as_ref().is_some_and(|w| Arc::ptr_eq(&w.pd, pd)))
+                .any(|x| x.parent.as_ref().is_some_and(|w| !w.imported && Arc::ptr_eq(&w.pd, pd)))
     }
 }
 
