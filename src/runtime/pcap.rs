@@ -1,6 +1,7 @@
 //! `RDMASHIM_PCAP=FILE`: the soft provider's UDP traffic (RoCEv2 data, UD and multicast, and
-//! the CM's MADs to QP1) as a classic pcap file of Ethernet frames, which tshark and Wireshark
-//! decode as InfiniBand.
+//! the CM's MADs to QP1), and the packets the same-host path's requests stand for
+//! (`provider/soft/ring_capture.rs`), as a classic pcap file of Ethernet frames, which tshark
+//! and Wireshark decode as InfiniBand.
 //!
 //! The sockets see UDP payloads, not frames, so each datagram a socket of ours sent or received
 //! is written as the frame a wire would carry: Ethernet (locally administered MACs made from

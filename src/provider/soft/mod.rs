@@ -32,6 +32,7 @@ mod rc;
 mod rc_net;
 mod rc_recv;
 pub mod ring;
+mod ring_capture;
 pub mod roce;
 pub mod segcheck;
 pub mod transport;

@@ -54,6 +54,9 @@ pub struct Inner {
     pub(super) ud_backlog: super::ud_backlog::Backlog,
     /// XRC target: the receive side of the request being executed (see `rc_recv::rx_*`).
     pub(super) xrc_cur: Option<XrcTarget>,
+    /// The PSN of the next request packet written to a capture of the ring path (from
+    /// `sq_psn` on; `ring_capture`).
+    pub(super) capture_psn: Option<u32>,
 }
 
 pub struct SoftQp {
@@ -136,6 +139,7 @@ impl SoftQp {
                 ud_remote: Vec::new(),
                 ud_backlog: Default::default(),
                 xrc_cur: None,
+                capture_psn: None,
             }),
             me: me.clone(),
         });

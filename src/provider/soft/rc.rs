@@ -10,6 +10,7 @@
 use super::link::Link;
 use super::qp::{Inner, SoftQp};
 use super::ring::*;
+use super::roce::opcode::Transport;
 use super::segcheck::Open;
 use crate::provider::{
     AccessError, Completion, KeySpace, MemoryKeys, Payload, QpState, RecvWqe, Region, SendWqe, Sgl,
@@ -199,12 +200,29 @@ impl SoftQp {
             }
             let w = st.sq.pop_front().expect("front exists");
             st.pushed = 0;
+            if super::ring_capture::on() {
+                self.capture(st, &w, data_len);
+            }
             let end = ring.head();
             let mut f = self.inflight(w, end.wrapping_sub(message_slots(data_len as u32)), end);
             f.done = self.uc; // UC: complete once sent, acknowledged by nobody
             st.inflight.push_back(f);
         }
         wrote
+    }
+
+    /// Writes request `w` (its first `data_len` bytes of payload) to the capture as the packets
+    /// it stands for (`ring_capture`). Its local entries were checked.
+    fn capture(&self, st: &mut Inner, w: &SendWqe, data_len: u64) {
+        let mut data = vec![0u8; data_len as usize];
+        // SAFETY: `data` holds data_len bytes; the request's payload regions were checked by
+        // push_sends, and data_len is at most its length.
+        unsafe { copy_out(&w.payload, 0, data.as_mut_ptr(), data.len()) };
+        let t = if self.uc { Transport::Uc } else { Transport::Rc };
+        let a = &st.attr;
+        let (sgid, dgid, dest) = (a.sgid, a.dgid, a.dest_qp_num);
+        let psn = st.capture_psn.get_or_insert(a.sq_psn);
+        super::ring_capture::request(t, &sgid, &dgid, dest, psn, w, &data);
     }
 
     /// Executes the front request on the peer's memory itself, if the peer granted the region
@@ -226,12 +244,16 @@ impl SoftQp {
             return false;
         }
         let Some(g) = link.grant_for(w.rkey) else { return false };
+        let data_len = if w.awaits_response() { 0 } else { w.len };
         // SAFETY: the front request's local entries were checked (local write for READ and
         // atomics) by push_sends before this call, with nothing of it pushed yet.
         if !unsafe { g.execute(w) } {
             return false;
         }
         let w = st.sq.pop_front().expect("front exists");
+        if super::ring_capture::on() {
+            self.capture(st, &w, data_len);
+        }
         let mut f = self.inflight(w, 0, 0);
         f.done = true; // executed: complete at once (nothing earlier is outstanding)
         st.inflight.push_back(f);

@@ -1,0 +1,123 @@
+//! `RDMASHIM_PCAP` for the same-host path: the rings carry no packets, so each request a QP
+//! starts there (or executes directly in the peer's memory) is written to the capture as the
+//! RoCEv2 packets it stands for, from the QP's GID to the peer's, UDP port 4791 both ways: the
+//! opcodes of its transport for its position in the message, PSNs from the QP's `sq_psn` on,
+//! the RETH, AtomicETH, ImmDt and IETH its opcode calls for, the payload cut at 4096 bytes (the
+//! largest path MTU), and a correct ICRC. The sender writes the requests; the responses and
+//! ACKs that the rings stand for are not written (the rings have none to show).
+
+use super::roce::opcode::{self, op, Extra, Position, Transport};
+use super::roce::{self, AtomicEth, Flow, Ieth, ImmDt, Packet, Reth, ROCE_UDP_PORT};
+use crate::provider::SendWqe;
+use crate::runtime::{pcap, udp};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use crate::sys::ibv_wr_opcode::*;
+
+/// The packet size messages are cut into.
+const MTU: usize = 4096;
+
+/// Whether a capture is being written (then the path gathers what [`request`] needs).
+pub fn on() -> bool {
+    pcap::on()
+}
+
+fn addr(gid: &[u8; 16]) -> SocketAddr {
+    SocketAddr::new(udp::unmapped(Ipv6Addr::from(*gid)), ROCE_UDP_PORT)
+}
+
+/// Writes request `w` (its payload `data`, empty for READ and atomics) of a QP with GIDs `sgid`
+/// and `dgid` towards `dest_qpn`, its first packet at `*psn`; `*psn` moves past its packets.
+pub fn request(
+    t: Transport,
+    sgid: &[u8; 16],
+    dgid: &[u8; 16],
+    dest_qpn: u32,
+    psn: &mut u32,
+    w: &SendWqe,
+    data: &[u8],
+) {
+    let (src, dst) = (addr(sgid), addr(dgid));
+    if matches!(src.ip(), IpAddr::V4(_)) != matches!(dst.ip(), IpAddr::V4(_)) {
+        return; // no IP packet carries one address of each family
+    }
+    let Some(flow) = Flow::new(src, dst) else { return };
+    let mut out = Out { flow, src, dst, buf: vec![0u8; MTU + 128], psn: *psn };
+    let mut pkt = Packet::new(0, dest_qpn, 0, &[]);
+    pkt.bth.set_ack_req(true);
+    match w.opcode {
+        IBV_WR_RDMA_READ => {
+            pkt.bth.set_opcode(t.base() | op::READ_REQUEST);
+            pkt.ext.reth = Some(Reth::new(w.remote_addr, w.rkey, w.len as u32));
+            out.emit(&mut pkt);
+        }
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            let cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+            pkt.bth.set_opcode(t.base() | if cas { op::CMP_SWAP } else { op::FETCH_ADD });
+            let (first, second) = if cas { (w.swap, w.compare_add) } else { (w.compare_add, 0) };
+            pkt.ext.atomic = Some(AtomicEth::new(w.remote_addr, w.rkey, first, second));
+            out.emit(&mut pkt);
+        }
+        code => {
+            let is_send = matches!(code, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV);
+            let pieces = data.len().div_ceil(MTU).max(1);
+            for k in 0..pieces {
+                let piece = &data[(k * MTU).min(data.len())..((k + 1) * MTU).min(data.len())];
+                let ends = k + 1 == pieces;
+                let pos = match (k == 0, ends) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, true) => Position::Last,
+                    (false, false) => Position::Middle,
+                };
+                let extra = match code {
+                    _ if !ends => Extra::None,
+                    IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM => Extra::Imm,
+                    IBV_WR_SEND_WITH_INV => Extra::Inv,
+                    _ => Extra::None,
+                };
+                let opc = if is_send {
+                    opcode::send_opcode(t, pos, extra)
+                } else {
+                    opcode::write_opcode(t, pos, extra == Extra::Imm)
+                };
+                let Some(opc) = opc else { break };
+                let mut p = Packet::new(opc, dest_qpn, 0, piece);
+                let info = p.info();
+                if info.is_some_and(|i| i.has(opcode::Ext::Reth)) {
+                    p.ext.reth = Some(Reth::new(w.remote_addr, w.rkey, w.len as u32));
+                }
+                if info.is_some_and(|i| i.has(opcode::Ext::ImmDt)) {
+                    p.ext.imm = w.imm.map(ImmDt::new);
+                }
+                if info.is_some_and(|i| i.has(opcode::Ext::Ieth)) {
+                    p.ext.ieth = Some(Ieth::new(w.rkey));
+                }
+                p.bth.set_se(ends && w.solicited);
+                p.bth.set_ack_req(ends && t != Transport::Uc);
+                out.emit(&mut p);
+            }
+        }
+    }
+    *psn = out.psn;
+}
+
+/// Where the packets of one request go.
+struct Out {
+    flow: Flow,
+    src: SocketAddr,
+    dst: SocketAddr,
+    buf: Vec<u8>,
+    /// The next packet's PSN.
+    psn: u32,
+}
+
+impl Out {
+    fn emit(&mut self, pkt: &mut Packet<'_>) {
+        pkt.bth.set_psn(self.psn);
+        if let Ok(n) = roce::encode(pkt, &self.flow, &mut self.buf) {
+            pcap::datagram(self.src, self.dst, 0, &self.buf[..n]);
+        }
+        self.psn = (self.psn + 1) & 0x00ff_ffff;
+    }
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""RDMASHIM_PCAP of the same-host path (issue 12): unmodified program pairs on one host, both
+writing one capture, whose frames stand for the requests the rings (and the direct path)
+carried. Checks, for each pair:
+  * tshark decodes every frame as InfiniBand RoCEv2, none malformed, and the opcodes are the
+    ones the program's requests stand for (and nothing else);
+  * scapy's RoCE layer computes the ICRC every frame carries (and not a changed one);
+  * the PSNs towards each QP run on by one, packet after packet.
+
+  ring_capture.py --build-dir BUILD
+Exit 0 all pass, 1 a failure, 77 tshark, scapy or the programs missing.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "netns"))
+import check_roce  # noqa: E402  (re-executes under /usr/bin/python3 when scapy is missing)
+import wire_cross  # noqa: E402
+
+TIMEOUT = 60
+RC, UC = 0x00, 0x20
+SEND_FIRST, SEND_LAST, SEND_ONLY = 0x00, 0x02, 0x04
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY = 0x06, 0x07, 0x08, 0x0a
+READ_REQUEST, CMP_SWAP, FETCH_ADD = 0x0c, 0x13, 0x14
+
+# (name, server argv, client argv (host last), opcodes every frame must be among, opcodes that
+# must all occur)
+PAIRS = [
+    ("ibv_rc_pingpong 5000 B", ["ibv_rc_pingpong", "-g", "0", "-n", "20", "-s", "5000"], None,
+     {SEND_FIRST, SEND_LAST}, {SEND_FIRST, SEND_LAST}),
+    ("ibv_uc_pingpong 64 B", ["ibv_uc_pingpong", "-g", "0", "-n", "20", "-s", "64"], None,
+     {UC | SEND_ONLY}, {UC | SEND_ONLY}),
+    ("ib_write_bw 10000 B", ["ib_write_bw", "-n", "20", "-s", "10000"], None,
+     {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST}, {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST}),
+    ("ib_write_lat 64 B", ["ib_write_lat", "-n", "20", "-s", "64"], None,
+     {WRITE_ONLY}, {WRITE_ONLY}),
+    ("ib_read_lat 64 B", ["ib_read_lat", "-n", "20", "-s", "64"], None,
+     {READ_REQUEST}, {READ_REQUEST}),
+    ("ib_atomic_lat (fetch and add)", ["ib_atomic_lat", "-n", "20", "-A", "FETCH_AND_ADD"], None,
+     {FETCH_ADD}, {FETCH_ADD}),
+    ("ib_atomic_lat (compare and swap)", ["ib_atomic_lat", "-n", "20", "-A", "CMP_AND_SWAP"],
+     None, {CMP_SWAP}, {CMP_SWAP}),
+]
+
+
+def psn_problems(pcap):
+    """PSNs towards each destination QP must run on by one."""
+    out = subprocess.run(["tshark", "-n", "-r", pcap, "-T", "fields", "-E", "separator=\t",
+                          "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn"],
+                         capture_output=True, text=True, timeout=60)
+    last, problems = {}, []
+    for i, line in enumerate(out.stdout.splitlines(), 1):
+        qp, psn = (line.split("\t") + [""])[:2]
+        if not qp or not psn:
+            problems.append(f"frame {i}: no BTH destination QP or PSN")
+            continue
+        psn = int(psn, 0)
+        if qp in last and psn != (last[qp] + 1) & 0xffffff:
+            problems.append(f"frame {i}: PSN {psn} towards QP {qp} after {last[qp]}")
+        last[qp] = psn
+    return problems
+
+
+def run_pair(build, tmp, n, pair):
+    name, server, client, allowed, required = pair
+    pcap = os.path.join(tmp, f"ring{n}.pcap")
+    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "librdmashim.so"),
+               RDMASHIM_PROVIDER="soft", RDMASHIM_PCAP=pcap)
+    port = str(21000 + n)
+    extra = ["-p", port]  # ibverbs' examples and perftest name their TCP port alike
+    srv = subprocess.Popen(server + extra, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    try:
+        c = subprocess.run((client or server) + extra + ["127.0.0.1"], env=env,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        cout, crc = c.stdout + c.stderr, c.returncode
+    except subprocess.TimeoutExpired:
+        cout, crc = "(timeout)", "timeout"
+    try:
+        sout, _ = srv.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        sout, _ = srv.communicate()
+    problems = []
+    if crc != 0 or srv.returncode != 0:
+        problems.append(f"the pair failed: server {srv.returncode}, client {crc}\n{sout}\n{cout}")
+    elif not os.path.exists(pcap):
+        problems.append("no capture was written")
+    else:
+        rows, decode = wire_cross.tshark_rows(pcap)
+        problems += decode[:10]
+        ops = {op for _, op, _, _ in rows}
+        if not rows:
+            problems.append("the capture holds no frame")
+        if ops - allowed:
+            problems.append(f"opcodes {sorted(ops - allowed)} beyond {sorted(allowed)}")
+        if required - ops:
+            problems.append(f"opcodes {sorted(required - ops)} missing (seen {sorted(ops)})")
+        checked, icrc = wire_cross.scapy_icrc(pcap)
+        problems += icrc[:10]
+        if checked != len(rows):
+            problems.append(f"scapy checked {checked} of {len(rows)} frames")
+        problems += psn_problems(pcap)[:10]
+    ok = not problems
+    detail = "; ".join(problems) if problems else f"{len(rows)} frames, opcodes {sorted(ops)}"
+    print(f"{'PASS' if ok else 'FAIL'}: {name}: {detail}", flush=True)
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    a = ap.parse_args()
+    missing = [p for p in ("tshark", "ibv_rc_pingpong", "ib_write_bw") if not shutil.which(p)]
+    if missing or not check_roce.have_scapy():
+        print(f"SKIP: missing {' '.join(missing) or 'scapy (python3-scapy)'}")
+        return check_roce.SKIP
+    build = os.path.abspath(a.build_dir)
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, pair in enumerate(PAIRS):
+            ok &= run_pair(build, tmp, n, pair)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
