@@ -26,7 +26,7 @@ import check_roce  # noqa: E402  (re-executes under /usr/bin/python3 when scapy 
 import wire_cross  # noqa: E402
 
 TIMEOUT = 60
-RC, UC = 0x00, 0x20
+RC, UC, UD = 0x00, 0x20, 0x60
 SEND_FIRST, SEND_LAST, SEND_ONLY = 0x00, 0x02, 0x04
 WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY = 0x06, 0x07, 0x08, 0x0a
 READ_REQUEST, CMP_SWAP, FETCH_ADD = 0x0c, 0x13, 0x14
@@ -38,6 +38,8 @@ PAIRS = [
      {SEND_FIRST, SEND_LAST}, {SEND_FIRST, SEND_LAST}),
     ("ibv_uc_pingpong 64 B", ["ibv_uc_pingpong", "-g", "0", "-n", "20", "-s", "64"], None,
      {UC | SEND_ONLY}, {UC | SEND_ONLY}),
+    ("ibv_ud_pingpong 64 B", ["ibv_ud_pingpong", "-g", "0", "-n", "20", "-s", "64"], None,
+     {UD | SEND_ONLY}, {UD | SEND_ONLY}),
     ("ib_write_bw 10000 B", ["ib_write_bw", "-n", "20", "-s", "10000"], None,
      {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST}, {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST}),
     ("ib_write_lat 64 B", ["ib_write_lat", "-n", "20", "-s", "64"], None,
@@ -52,15 +54,18 @@ PAIRS = [
 
 
 def psn_problems(pcap):
-    """PSNs towards each destination QP must run on by one."""
+    """PSNs towards each connected destination QP must run on by one (UD has no sequence)."""
     out = subprocess.run(["tshark", "-n", "-r", pcap, "-T", "fields", "-E", "separator=\t",
-                          "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn"],
+                          "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn",
+                          "-e", "infiniband.bth.opcode"],
                          capture_output=True, text=True, timeout=60)
     last, problems = {}, []
     for i, line in enumerate(out.stdout.splitlines(), 1):
-        qp, psn = (line.split("\t") + [""])[:2]
-        if not qp or not psn:
-            problems.append(f"frame {i}: no BTH destination QP or PSN")
+        qp, psn, opcode = (line.split("\t") + ["", ""])[:3]
+        if not qp or not psn or not opcode:
+            problems.append(f"frame {i}: no BTH destination QP, PSN or opcode")
+            continue
+        if int(opcode, 0) & 0xe0 == UD:
             continue
         psn = int(psn, 0)
         if qp in last and psn != (last[qp] + 1) & 0xffffff:

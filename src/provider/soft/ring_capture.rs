@@ -4,7 +4,8 @@
 //! opcodes of its transport for its position in the message, PSNs from the QP's `sq_psn` on,
 //! the RETH, AtomicETH, ImmDt and IETH its opcode calls for, the payload cut at 4096 bytes (the
 //! largest path MTU), and a correct ICRC. The sender writes the requests; the responses and
-//! ACKs that the rings stand for are not written (the rings have none to show).
+//! ACKs that the rings stand for are not written (the rings have none to show). A UD datagram
+//! to a QP of this host (or to a group's members here) is written as its UD SEND.
 
 use super::roce::opcode::{self, op, Extra, Position, Transport};
 use super::roce::{self, AtomicEth, Flow, Ieth, ImmDt, Packet, Reth, ROCE_UDP_PORT};
@@ -100,6 +101,16 @@ pub fn request(
         }
     }
     *psn = out.psn;
+}
+
+/// Writes UD packet `pkt` that a same-host datagram from `sgid` to `dgid` stands for.
+pub fn datagram(sgid: &[u8; 16], dgid: &[u8; 16], pkt: &Packet<'_>) {
+    let (src, dst) = (addr(sgid), addr(dgid));
+    let Some(flow) = Flow::new(src, dst) else { return };
+    let mut buf = vec![0u8; MTU + 128];
+    if let Ok(n) = roce::encode(pkt, &flow, &mut buf) {
+        pcap::datagram(src, dst, 0, &buf[..n]);
+    }
 }
 
 /// Where the packets of one request go.

@@ -97,6 +97,7 @@ impl SoftQp {
         } else {
             std::slice::from_ref(&ud.remote_qpn)
         };
+        let local_is_empty = local.is_empty();
         let skip_self = ud.remote_qpn == MCAST_QPN && self.block_self_mcast();
         let local = local.iter().copied().filter(|&m| !(skip_self && m == self.qpn));
         // Behind a held request everything waits its turn (completions keep send-queue order);
@@ -107,6 +108,7 @@ impl SoftQp {
         } else {
             local.collect()
         };
+        let mut on_net = false;
         if ud.remote_qpn == MCAST_QPN {
             // Members in other namespaces: one RoCEv2 datagram to the IP group.
             let from = crate::provider::soft::net::route::ip_of_gid(&sgid);
@@ -115,7 +117,14 @@ impl SoftQp {
                 && !from.is_unspecified()
             {
                 self.send_ud_net(&h, sgid, dgid, payload);
+                on_net = true;
             }
+        } else {
+            on_net = local_is_empty;
+        }
+        // The network datagram is in the capture already; a same-host one stands for one.
+        if !on_net && super::ring_capture::on() {
+            super::ring_capture::datagram(&sgid, &dgid, &super::ud_net::ud_packet(&h, payload));
         }
         let signaled = w.signaled || self.sq_sig_all;
         if full.is_empty() && st.ud_backlog.is_empty() {

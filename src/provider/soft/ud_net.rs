@@ -35,12 +35,7 @@ impl SoftQp {
 
     /// Sends one UD datagram as a RoCEv2 packet (a lost or refused one is lost, as on a wire).
     pub(super) fn send_ud_net(&self, h: &UdHdr, sgid: [u8; 16], dgid: [u8; 16], data: &[u8]) {
-        let imm = h.flags & UD_IMM != 0;
-        let code = op::UD | if imm { op::SEND_ONLY_IMM } else { op::SEND_ONLY };
-        let mut pkt = Packet::new(code, h.dst_qpn, 0, data);
-        pkt.ext.deth = Some(Deth::new(h.qkey, self.qpn));
-        pkt.ext.imm = imm.then(|| ImmDt::new(h.imm));
-        pkt.bth.set_se(h.flags & UD_SOLICITED != 0);
+        let pkt = ud_packet(h, data);
         let (src, dst) = (route::ip_of_gid(&sgid), route::ip_of_gid(&dgid));
         let dst = if h.dst_qpn == MCAST_QPN {
             // A group: RoCEv2's port, our own namespace's members already served.
@@ -126,6 +121,17 @@ fn checksum(h: &[u8]) -> u16 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     !(sum as u16)
+}
+
+/// The RoCEv2 UD SEND that datagram `h` with payload `data` is (PSN 0: UD has no sequence).
+pub(super) fn ud_packet<'a>(h: &UdHdr, data: &'a [u8]) -> Packet<'a> {
+    let imm = h.flags & UD_IMM != 0;
+    let code = op::UD | if imm { op::SEND_ONLY_IMM } else { op::SEND_ONLY };
+    let mut pkt = Packet::new(code, h.dst_qpn, 0, data);
+    pkt.ext.deth = Some(Deth::new(h.qkey, h.src_qpn));
+    pkt.ext.imm = imm.then(|| ImmDt::new(h.imm));
+    pkt.bth.set_se(h.flags & UD_SOLICITED != 0);
+    pkt
 }
 
 #[cfg(test)]
