@@ -54,9 +54,9 @@ pub struct Inner {
     pub(super) ud_backlog: super::ud_backlog::Backlog,
     /// XRC target: the receive side of the request being executed (see `rc_recv::rx_*`).
     pub(super) xrc_cur: Option<XrcTarget>,
-    /// The PSN of the next request packet written to a capture of the ring path (from
-    /// `sq_psn` on; `ring_capture`).
-    pub(super) capture_psn: Option<u32>,
+    /// A capture of the ring path (`ring_capture`): the `sq_psn` its count started from, and
+    /// the PSN of the next request packet.
+    pub(super) capture_psn: Option<(u32, u32)>,
 }
 
 pub struct SoftQp {

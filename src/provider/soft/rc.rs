@@ -221,8 +221,13 @@ impl SoftQp {
         let t = if self.uc { Transport::Uc } else { Transport::Rc };
         let a = &st.attr;
         let (sgid, dgid, dest) = (a.sgid, a.dgid, a.dest_qp_num);
-        let psn = st.capture_psn.get_or_insert(a.sq_psn);
-        super::ring_capture::request(t, &sgid, &dgid, dest, psn, w, &data);
+        // A new sq_psn (the QP was reset and connected again) starts the count again.
+        let (base, mut psn) = st.capture_psn.unwrap_or((a.sq_psn, a.sq_psn));
+        if base != a.sq_psn {
+            psn = a.sq_psn;
+        }
+        super::ring_capture::request(t, &sgid, &dgid, dest, &mut psn, w, &data);
+        st.capture_psn = Some((a.sq_psn, psn));
     }
 
     /// Executes the front request on the peer's memory itself, if the peer granted the region
