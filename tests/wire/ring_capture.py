@@ -22,6 +22,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "netns"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import sanitizer_env  # noqa: E402
 import check_roce  # noqa: E402  (re-executes under /usr/bin/python3 when scapy is missing)
 import wire_cross  # noqa: E402
 
@@ -77,8 +79,14 @@ def psn_problems(pcap):
 def run_pair(build, tmp, n, pair):
     name, server, client, allowed, required = pair
     pcap = os.path.join(tmp, f"ring{n}.pcap")
-    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "librdmashim.so"),
+    # A sanitizer build's library needs its runtime first in the preload list.
+    preload = sanitizer_env.runtime_preload(build) + [os.path.join(build, "librdmashim.so")]
+    env = dict(os.environ, LD_PRELOAD=" ".join(preload),
                RDMASHIM_PROVIDER="soft", RDMASHIM_PCAP=pcap)
+    if len(preload) > 1:
+        # The programs' own leaks are not ours (as the acceptance pairs tell them apart).
+        supp = os.path.join(HERE, "..", "acceptance", "lsan-programs.supp")
+        env["LSAN_OPTIONS"] = f"suppressions={supp}:malloc_context_size=2:print_suppressions=0"
     port = str(21000 + n)
     extra = ["-p", port]  # ibverbs' examples and perftest name their TCP port alike
     srv = subprocess.Popen(server + extra, env=env, stdout=subprocess.PIPE,
