@@ -204,18 +204,7 @@ impl CmId {
                     st.remote_ece = (m.ece_vendor, m.ece_options);
                     st.params.rq_psn = m.psn & 0x00ff_ffff;
                 }
-                let reported = EventParams {
-                    private: m.private_data(),
-                    private_len: proto::REP_PRIVATE as u8,
-                    responder_resources: m.initiator_depth,
-                    initiator_depth: m.responder_resources,
-                    flow_control: m.flow_control,
-                    retry_count: m.retry_count,
-                    rnr_retry_count: m.rnr_retry_count,
-                    srq: m.srq,
-                    qp_num: m.qpn,
-                    ..Default::default()
-                };
+                let reported = EventParams::of_connect(&m, proto::REP_PRIVATE);
                 if self.raw.read().qp.is_null() {
                     let mut st = lock(&self.st);
                     st.state = State::RespRcvd;

@@ -151,6 +151,25 @@ pub struct EventParams<'a> {
     pub on_fetch: Option<super::channel::OnFetch>,
 }
 
+impl<'a> EventParams<'a> {
+    /// What a REQ or REP `m` reports to the other side (`private_len`: its private data field),
+    /// the peer's initiator depth as our responder resources and vice versa.
+    pub(in crate::cm) fn of_connect(m: &'a Msg, private_len: usize) -> Self {
+        EventParams {
+            private: m.private_data(),
+            private_len: private_len as u8,
+            responder_resources: m.initiator_depth,
+            initiator_depth: m.responder_resources,
+            flow_control: m.flow_control,
+            retry_count: m.retry_count,
+            rnr_retry_count: m.rnr_retry_count,
+            srq: m.srq,
+            qp_num: m.qpn,
+            ..Default::default()
+        }
+    }
+}
+
 impl CmId {
     /// Creates an id; `channel == None` makes a sync id with a private channel.
     pub fn create(

@@ -187,18 +187,7 @@ impl CmId {
         self.post_event(
             RDMA_CM_EVENT_CONNECT_REQUEST,
             0,
-            EventParams {
-                private: m.private_data(),
-                private_len: proto::REQ_PRIVATE as u8,
-                responder_resources: m.initiator_depth,
-                initiator_depth: m.responder_resources,
-                flow_control: m.flow_control,
-                retry_count: m.retry_count,
-                rnr_retry_count: m.rnr_retry_count,
-                srq: m.srq,
-                qp_num: m.qpn,
-                ..Default::default()
-            },
+            EventParams::of_connect(&m, proto::REQ_PRIVATE),
             Some(nid),
         );
         Ok(())
