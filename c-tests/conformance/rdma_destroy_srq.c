@@ -2,7 +2,40 @@
  * before the id is destroyed. */
 #include "cmhelp.h"
 
+#include <fcntl.h>
 #include <rdma/rdma_verbs.h>
+
+/* Ours beyond librdmacm: an XRC SRQ made on an RC id completes on the id's receive CQ. That
+ * CQ outlives rdma_destroy_qp (librdmacm loses it, with its channel, to EBUSY) and goes with
+ * rdma_destroy_srq. */
+static void xrc_srq_keeps_cq(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_id *id = NULL;
+	struct sockaddr_in lo;
+	h_sin(&lo, "127.0.0.1", 0);
+	int ok = rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(id, (struct sockaddr *)&lo) == 0;
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1,
+						.max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	int qp = ok ? rdma_create_qp(id, NULL, &qa) : -2;
+	struct ibv_srq_init_attr_ex sa = { .attr = { .max_wr = 4, .max_sge = 1 },
+					   .comp_mask = IBV_SRQ_INIT_ATTR_TYPE,
+					   .srq_type = IBV_SRQT_XRC };
+	int srq = qp == 0 ? rdma_create_srq_ex(id, &sa) : -2;
+	struct ibv_cq *rcq = id ? id->recv_cq : NULL;
+	int fd = id && id->recv_cq_channel ? id->recv_cq_channel->fd : -1;
+	if (qp == 0)
+		rdma_destroy_qp(id);
+	int kept = srq == 0 && id->recv_cq == rcq && rcq == sa.cq && fcntl(fd, F_GETFD) >= 0;
+	if (srq == 0)
+		rdma_destroy_srq(id);
+	int closed = srq == 0 && fd >= 0 && fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+	CLAUSE("OURS-XRC-CQ", srq == 0 && kept && closed && id->recv_cq == NULL,
+	       "create_qp %d, srq_ex %d (%s); CQ kept past rdma_destroy_qp %d; channel closed with the SRQ %d", qp,
+	       srq, conf_errname(errno), kept, closed);
+	if (id)
+		rdma_destroy_id(id);
+}
 
 int main(int argc, char **argv)
 {
@@ -35,6 +68,8 @@ int main(int argc, char **argv)
 	CLAUSE("NOTE-THEN-ID", d == 0, "rdma_destroy_id after rdma_destroy_srq: %d", d);
 	if (pd2)
 		ibv_dealloc_pd(pd2);
+	if (!conf_native())
+		xrc_srq_keeps_cq(ch);
 	if (pd && freed != 0)
 		ibv_dealloc_pd(pd);
 	rdma_destroy_event_channel(ch);

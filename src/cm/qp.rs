@@ -157,28 +157,34 @@ impl CmId {
         }
         // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
         self.set_raw(|r| unsafe { (*r).qp = std::ptr::null_mut() });
-        // An XRC target's SRQ completes on the id's receive CQ: it goes with the SRQ.
-        if raw.qp_type != ibv_qp_type::IBV_QPT_XRC_RECV || raw.srq.is_null() {
-            self.release_cqs();
-        }
+        self.release_cqs();
     }
 
-    /// Destroys the CQs and channels created for the id.
+    /// Destroys the CQs and channels created for the id. One still in use stays the id's: an
+    /// XRC SRQ completes on the id's receive CQ, which then goes with the SRQ. (librdmacm
+    /// ignores the `EBUSY` and loses the CQ and its channel.)
     fn release_cqs(&self) {
         let (cqs, chs) = self.take_owned();
+        let busy = |e: Result<()>| e == Err(Errno::EBUSY);
+        let (kept, gone): (Vec<usize>, Vec<usize>) =
+            cqs.into_iter().partition(|c| busy(Cq::destroy(*c as *mut ibv_cq)));
+        let kept_chs: Vec<usize> = chs
+            .into_iter()
+            .filter(|c| busy(CompChannel::destroy(*c as *mut ibv_comp_channel)))
+            .collect();
         // SAFETY: raw reads and writes of single fields of the live id (C reads it meanwhile),
         // under its state lock (set_raw).
         self.set_raw(|r| unsafe {
-            if cqs.contains(&((*r).send_cq as usize)) {
+            if gone.contains(&((*r).send_cq as usize)) {
                 (*r).send_cq = std::ptr::null_mut();
                 (*r).send_cq_channel = std::ptr::null_mut();
             }
-            if cqs.contains(&((*r).recv_cq as usize)) {
+            if gone.contains(&((*r).recv_cq as usize)) {
                 (*r).recv_cq = std::ptr::null_mut();
                 (*r).recv_cq_channel = std::ptr::null_mut();
             }
         });
-        Made { cqs, channels: chs }.undo();
+        self.record_owned(&kept, &kept_chs);
     }
 
     /// `rdma_create_srq`: a basic SRQ, or for an XRC target's id an XRC one.
@@ -253,9 +259,8 @@ impl CmId {
         }
         // SAFETY: a raw write of one field of the live id, under its state lock (set_raw).
         self.set_raw(|r| unsafe { (*r).srq = std::ptr::null_mut() });
-        let raw = self.raw.read();
-        if raw.qp_type == ibv_qp_type::IBV_QPT_XRC_RECV && raw.qp.is_null() {
-            self.release_cqs(); // kept for the SRQ by destroy_qp
+        if self.raw.read().qp.is_null() {
+            self.release_cqs(); // those destroy_qp kept for the SRQ
         }
     }
 }
