@@ -121,10 +121,13 @@ impl Drop for Direct {
             e.linger.active.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if e.linger.forever.load(Ordering::SeqCst) {
-                // Nobody would bound the linger: give the rings back now.
+                // Nobody would bound the linger: give the rings back now (running what rang
+                // since the `fetch_and` above).
                 end_linger(e);
-            } else if was & DIRECT_RUNG != 0 {
-                // A ring came after our last run: what it announced is ours to run.
+            }
+            if was & DIRECT_RUNG != 0 {
+                // A ring came after our last run: what it announced is ours to run, whether or
+                // not the linger goes on. (The bit was taken above: nobody else will see it.)
                 e.poll_as_progress();
             }
         }

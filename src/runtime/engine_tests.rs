@@ -122,6 +122,83 @@ fn a_direct_waiter_is_woken_by_a_ring() {
     assert!(e.direct().is_some(), "the slot is free again");
 }
 
+/// Made ready by another pollable's run (as a responder consuming a request makes its
+/// requester's acknowledgement ready, and rings the shared doorbell for it).
+struct Acked {
+    ready: AtomicBool,
+    ran: AtomicBool,
+}
+
+impl Pollable for Acked {
+    fn progress(&self) -> bool {
+        let ready = self.ready.swap(false, Ordering::SeqCst);
+        if ready {
+            self.ran.store(true, Ordering::SeqCst);
+        }
+        ready
+    }
+}
+
+/// The request side: once made ready, it hands the waiter its item, and readies `acked`
+/// and rings the doorbell (setting only `DIRECT_RUNG`, the direct waiter being in its wait).
+struct Consumer {
+    ready: AtomicBool,
+    q: Arc<crate::runtime::fdqueue::FdQueue<u32>>,
+    acked: Arc<Acked>,
+}
+
+impl Pollable for Consumer {
+    fn progress(&self) -> bool {
+        let ready = self.ready.swap(false, Ordering::SeqCst);
+        if ready {
+            self.q.push(9);
+            self.acked.ready.store(true, Ordering::SeqCst);
+            engine().expect("engine").bell().ring();
+        }
+        ready
+    }
+}
+
+/// A ring that comes during the direct waiter's last run is run when the waiter leaves, also
+/// when the progress thread sleeps without a timeout (the waiter then ends the linger at once).
+/// The ring's bit was cleared by the waiter leaving, so nobody else would ever run it.
+#[test]
+fn a_ring_during_the_last_run_is_run_when_the_waiter_leaves() {
+    let e = engine().expect("engine");
+    let q = Arc::new(crate::runtime::fdqueue::FdQueue::new().expect("queue"));
+    let acked = Arc::new(Acked { ready: AtomicBool::new(false), ran: AtomicBool::new(false) });
+    let consumer =
+        Arc::new(Consumer { ready: AtomicBool::new(false), q: q.clone(), acked: acked.clone() });
+    // The acknowledged side first: a pass that readies it has run it already.
+    e.add_pollable(Arc::downgrade(&acked) as Weak<dyn Pollable>);
+    e.add_pollable(Arc::downgrade(&consumer) as Weak<dyn Pollable>);
+    // Let the progress thread take the kicks of `add_pollable` and go back to sleep: then only
+    // the direct waiter runs the pollables (else the progress thread may hide a lost ring).
+    std::thread::sleep(Duration::from_millis(20));
+    let d = loop {
+        match e.direct() {
+            Some(d) => break d,
+            None => std::thread::yield_now(), // another test holds it
+        }
+    };
+    let c2 = consumer.clone();
+    let t = std::thread::spawn(move || {
+        let w = e.bell().word();
+        while w.waiting.load(Ordering::SeqCst) & SLEEP_DIRECT == 0 {
+            std::thread::yield_now();
+        }
+        c2.ready.store(true, Ordering::SeqCst);
+        e.bell().ring();
+    });
+    let got = q.pop_wait_via(Some(&d));
+    t.join().expect("ringer");
+    assert_eq!(got, Ok(9));
+    // The progress thread is about to sleep, or sleeps, without a timeout.
+    e.linger.may_sleep_forever();
+    drop(d);
+    assert!(acked.ran.load(Ordering::SeqCst), "what rang during the last run was run");
+}
+
 /// A parked descriptor is not reported again while parked, is asked about (mask 0) while
 /// parked, and is reported again once its handler takes it up and it is readable.
 #[test]
