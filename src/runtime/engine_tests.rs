@@ -84,6 +84,33 @@ impl Pollable for Flag {
     }
 }
 
+/// Takes the direct slot and waits on `q` through it, while another thread, once the waiter
+/// advertises itself, runs `ready` and rings our doorbell (as a peer does after publishing).
+/// Returns the slot, still held, and what the wait got.
+fn wait_as_direct(
+    e: &'static Engine,
+    q: &crate::runtime::fdqueue::FdQueue<u32>,
+    ready: impl FnOnce() + Send + 'static,
+) -> (Direct, crate::errno::Result<u32>) {
+    let d = loop {
+        match e.direct() {
+            Some(d) => break d,
+            None => std::thread::yield_now(), // another test holds it
+        }
+    };
+    let t = std::thread::spawn(move || {
+        let w = e.bell().word();
+        while w.waiting.load(Ordering::SeqCst) & SLEEP_DIRECT == 0 {
+            std::thread::yield_now();
+        }
+        ready();
+        e.bell().ring();
+    });
+    let got = q.pop_wait_via(Some(&d));
+    t.join().expect("ringer");
+    (d, got)
+}
+
 /// A waiter holding the direct slot, woken by a ring of our doorbell (as a peer rings it
 /// after publishing), runs the pollables and takes what they produced; the advertisement
 /// outlives it only by a bounded linger. Whichever thread runs the pollable, no wake-up is lost.
@@ -94,23 +121,8 @@ fn a_direct_waiter_is_woken_by_a_ring() {
     let f = Arc::new(Flag { ready: AtomicBool::new(false), q: q.clone() });
     let weak: Weak<dyn Pollable> = Arc::downgrade(&f) as Weak<dyn Pollable>;
     e.add_pollable(weak);
-    let d = loop {
-        match e.direct() {
-            Some(d) => break d,
-            None => std::thread::yield_now(), // another test holds it
-        }
-    };
     let f2 = f.clone();
-    let t = std::thread::spawn(move || {
-        let w = e.bell().word();
-        while w.waiting.load(Ordering::SeqCst) & SLEEP_DIRECT == 0 {
-            std::thread::yield_now();
-        }
-        f2.ready.store(true, Ordering::SeqCst);
-        e.bell().ring();
-    });
-    let got = q.pop_wait_via(Some(&d));
-    t.join().expect("ringer");
+    let (d, got) = wait_as_direct(e, &q, move || f2.ready.store(true, Ordering::SeqCst));
     drop(d);
     assert_eq!(got, Ok(7));
     // The role lingers (SLEEP_DIRECT alone, see `direct`) and the progress thread ends the
@@ -175,23 +187,8 @@ fn a_ring_during_the_last_run_is_run_when_the_waiter_leaves() {
     // Let the progress thread take the kicks of `add_pollable` and go back to sleep: then only
     // the direct waiter runs the pollables (else the progress thread may hide a lost ring).
     std::thread::sleep(Duration::from_millis(20));
-    let d = loop {
-        match e.direct() {
-            Some(d) => break d,
-            None => std::thread::yield_now(), // another test holds it
-        }
-    };
     let c2 = consumer.clone();
-    let t = std::thread::spawn(move || {
-        let w = e.bell().word();
-        while w.waiting.load(Ordering::SeqCst) & SLEEP_DIRECT == 0 {
-            std::thread::yield_now();
-        }
-        c2.ready.store(true, Ordering::SeqCst);
-        e.bell().ring();
-    });
-    let got = q.pop_wait_via(Some(&d));
-    t.join().expect("ringer");
+    let (d, got) = wait_as_direct(e, &q, move || c2.ready.store(true, Ordering::SeqCst));
     assert_eq!(got, Ok(9));
     // The progress thread is about to sleep, or sleeps, without a timeout.
     e.linger.may_sleep_forever();
