@@ -27,7 +27,7 @@ fn header(b: &[u8]) -> SegHdr {
         msg_len: u32_at(b, 0),
         // Small values are the interesting ones: fold most lengths into the slot size.
         seg_len: if b[60] & 1 == 0 { u32_at(b, 4) % (SEG_DATA as u32 + 2) } else { u32_at(b, 4) },
-        flags: u32_at(b, 8) % 16,
+        flags: u32_at(b, 8) % 32,
         opcode: u32_at(b, 12) % 9,
         imm: u32_at(b, 16),
         rkey: u32_at(b, 20),

@@ -25,7 +25,7 @@ MAGIC, HELLO, ACK = 0x52444D53, 1, 2
 SLOT, SLOTS, CTL = 4096, 64, 4096
 LINK_SIZE = CTL + 2 * SLOTS * SLOT
 BELL_SIZE = 4096
-HDR = struct.Struct("<IIIIIIQQQQII")  # msg_len seg_len flags opcode imm rkey addr cmp swap req_seq status solicited
+HDR = struct.Struct("<IIIIIIQQQQII")  # msg_len seg_len flags opcode imm rkey addr cmp swap req_seq status xrc_srqn
 SEG_DATA = SLOT - HDR.size
 FIRST, LAST, IMM = 1, 2, 4
 SEND, WRITE, READ_REQ, READ_RESP, CMP_SWAP, FETCH_ADD, ATOMIC_RESP, NAK = range(8)
@@ -109,7 +109,7 @@ class Link:
     def put(self, payload=b"", **h):
         """Writes one segment at the next slot (not yet published)."""
         fields = dict(msg_len=0, seg_len=len(payload), flags=FIRST | LAST, opcode=SEND, imm=0, rkey=0,
-                      addr=0, cmp=0, swap=0, req_seq=0, status=0, solicited=0)
+                      addr=0, cmp=0, swap=0, req_seq=0, status=0, xrc_srqn=0)
         fields.update(h)
         off = CTL + (self.head % SLOTS) * SLOT
         HDR.pack_into(self.mem, off, *fields.values())

@@ -106,7 +106,7 @@ impl SoftQp {
         if st.state != QpState::Rts || !st.responses.is_empty() {
             return wrote;
         }
-        let ring = link.out;
+        let ring = &link.out;
         while let Some(w) = st.sq.front() {
             if st.pushed == 0 && w.is_local() {
                 wrote = true;
@@ -167,6 +167,10 @@ impl SoftQp {
                 if inv {
                     flags |= SEG_INV;
                 }
+                // Only requests that consume a receive carry the solicited event.
+                if w.solicited && (op == OP_SEND || w.imm.is_some()) {
+                    flags |= SEG_SOLICITED;
+                }
                 let h = SegHdr {
                     msg_len: w.len as u32,
                     seg_len: n as u32,
@@ -180,9 +184,7 @@ impl SoftQp {
                     swap: w.swap,
                     req_seq: 0,
                     status: 0,
-                    solicited: w.solicited as u32,
                     xrc_srqn: w.xrc_srqn,
-                    _pad: 0,
                 };
                 let (hp, data) = ring.slot(ring.head());
                 // SAFETY: the producer owns the free slot at head; SEG_DATA bytes follow the
@@ -291,7 +293,7 @@ impl SoftQp {
 
     /// Writes queued READ and atomic responses and NAKs; after a NAK the QP is in ERR.
     pub(super) fn push_responses(&self, st: &mut Inner, link: &Link) -> bool {
-        let ring = link.out;
+        let ring = &link.out;
         let mut wrote = false;
         let mut nak = None;
         while let Some(job) = st.responses.front_mut() {

@@ -47,7 +47,7 @@ impl SoftQp {
         if !matches!(st.state, QpState::Rtr | QpState::Rts) || nak_pending(st) {
             return false;
         }
-        let ring = link.inn;
+        let ring = &link.inn;
         let mut consumed = false;
         // One ring's worth per pass: a peer refilling its ring as fast as we drain it cannot
         // keep this QP's lock and the progress thread to itself.
@@ -357,7 +357,7 @@ impl SoftQp {
             byte_len: len,
             qp_num: self.qpn,
             src_qp: st.attr.dest_qp_num,
-            solicited: h.solicited != 0,
+            solicited: h.flags & SEG_SOLICITED != 0,
             ..Completion::default()
         }
     }

@@ -18,6 +18,8 @@ pub const SEG_LAST: u32 = 2;
 pub const SEG_IMM: u32 = 4;
 /// A SEND with invalidate: `imm` holds the rkey the responder invalidates.
 pub const SEG_INV: u32 = 8;
+/// The request's solicited event bit (a SEND, or a WRITE with immediate).
+pub const SEG_SOLICITED: u32 = 16;
 
 /// Transport opcodes of a segment.
 pub const OP_SEND: u32 = 0;
@@ -30,7 +32,8 @@ pub const OP_ATOMIC_RESP: u32 = 6;
 /// A negative acknowledgement: the request ending at `req_seq` failed with `status`.
 pub const OP_NAK: u32 = 7;
 
-/// The header of one slot.
+/// The header of one slot: one cache line, so that a small message costs the consumer two
+/// (header, payload) and a 64-byte one fits the second.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct SegHdr {
@@ -51,11 +54,11 @@ pub struct SegHdr {
     pub req_seq: u64,
     /// NAKs: the work completion status for the requester.
     pub status: u32,
-    pub solicited: u32,
     /// XRC requests: the SRQ number at the target that the request names.
     pub xrc_srqn: u32,
-    pub _pad: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<SegHdr>() == 64);
 
 /// Control words of one direction, each on its own cache line.
 #[repr(C, align(64))]
@@ -90,10 +93,15 @@ pub const CTL_SIZE: usize = 4096;
 pub const LINK_SIZE: usize = CTL_SIZE + 2 * SLOTS as usize * SLOT_SIZE;
 
 /// A view of one direction of a link.
-#[derive(Clone, Copy)]
 pub struct Ring {
     ctl: *const RingCtl,
     slots: *mut u8,
+    /// This end's last reading of the other end's counter: the producer's of `tail`, the
+    /// consumer's of `head`. It is read again only when it shows no room (no data), so the
+    /// cache line the other end writes moves once per batch rather than once per slot. Only
+    /// the owning QP uses it, under its lock; the counters only grow, so a stale reading
+    /// under-counts and is always safe.
+    seen: AtomicU64,
 }
 
 // SAFETY: the ring points into shared memory kept mapped by its owner (the link), and all
@@ -113,6 +121,7 @@ impl Ring {
             Ring {
                 ctl: base.add(dir * CTL_STRIDE).cast(),
                 slots: base.add(CTL_SIZE + dir * SLOTS as usize * SLOT_SIZE),
+                seen: AtomicU64::new(0),
             }
         }
     }
@@ -132,15 +141,31 @@ impl Ring {
 
     /// Free slots, as seen by the producer. The peer writes `tail`: a tail past our head
     /// (impossible from an honest consumer) leaves no room rather than a wrapped count.
+    /// At least one when there is room, `tail` is read only when the last reading shows none.
     pub fn free(&self) -> u64 {
-        let used = self.ctl().head.value.load(Ordering::Relaxed).wrapping_sub(self.tail());
-        SLOTS.saturating_sub(used)
+        let head = self.ctl().head.value.load(Ordering::Relaxed);
+        let room = |tail: u64| SLOTS.saturating_sub(head.wrapping_sub(tail));
+        let free = room(self.seen.load(Ordering::Relaxed));
+        if free > 0 {
+            return free;
+        }
+        let tail = self.tail();
+        self.seen.store(tail, Ordering::Relaxed);
+        room(tail)
     }
 
     /// Full slots, as seen by the consumer; `None` when the peer's `head` is behind the tail or
     /// more than `SLOTS` ahead of it, which no honest producer publishes (a protocol violation).
+    /// `head` is read only when the last reading shows nothing more.
     pub fn available(&self) -> Option<u64> {
-        let full = self.head().wrapping_sub(self.ctl().tail.value.load(Ordering::Relaxed));
+        let tail = self.ctl().tail.value.load(Ordering::Relaxed);
+        let full = self.seen.load(Ordering::Relaxed).wrapping_sub(tail);
+        if full != 0 && full <= SLOTS {
+            return Some(full);
+        }
+        let head = self.head();
+        self.seen.store(head, Ordering::Relaxed);
+        let full = head.wrapping_sub(tail);
         (full <= SLOTS).then_some(full)
     }
 
@@ -214,22 +239,71 @@ impl Ring {
 mod tests {
     use super::*;
 
+    #[repr(C, align(4096))]
+    struct Page([u8; 4096]);
+
+    fn link_memory() -> Vec<Page> {
+        (0..LINK_SIZE / 4096).map(|_| Page([0; 4096])).collect()
+    }
+
+    /// The producer's and the consumer's views of direction 0 of `mem`, as two processes have.
+    fn ends(mem: &mut [Page]) -> (Ring, Ring) {
+        // SAFETY: mem is LINK_SIZE bytes, page-aligned like a mapping, and outlives the rings
+        // (each test keeps it until they are dropped).
+        unsafe { (Ring::new(mem.as_mut_ptr().cast(), 0), Ring::new(mem.as_mut_ptr().cast(), 0)) }
+    }
+
     #[test]
     fn a_head_out_of_range_is_refused() {
-        #[repr(C, align(4096))]
-        struct Page([u8; 4096]);
-        let mut mem: Vec<Page> = (0..LINK_SIZE / 4096).map(|_| Page([0; 4096])).collect();
-        // SAFETY: mem is LINK_SIZE bytes, page-aligned like a mapping, and outlives r.
-        let r = unsafe { Ring::new(mem.as_mut_ptr().cast(), 0) };
-        assert_eq!(r.available(), Some(0));
-        r.publish(SLOTS);
-        assert_eq!(r.available(), Some(SLOTS));
-        assert_eq!(r.free(), 0);
-        r.publish(1 << 40);
-        assert_eq!(r.available(), None);
-        r.ctl().head.value.store(5, Ordering::Relaxed);
-        r.consume(6); // head behind tail
-        assert_eq!(r.available(), None);
-        assert_eq!(r.free(), 0);
+        let mut mem = link_memory();
+        let (p, c) = ends(&mut mem);
+        assert_eq!(c.available(), Some(0));
+        p.publish(SLOTS);
+        assert_eq!(c.available(), Some(SLOTS));
+        assert_eq!(p.free(), 0);
+        p.publish(1 << 40);
+        assert_eq!(c.available(), Some(SLOTS), "the slots already seen are still there");
+        c.consume(1);
+        assert_eq!(c.available(), Some(SLOTS - 1));
+        c.consume(SLOTS - 1);
+        assert_eq!(c.available(), None, "read again: too far ahead");
+        p.ctl().head.value.store(5, Ordering::Relaxed);
+        c.consume(6); // head behind tail
+        assert_eq!(c.available(), None);
+    }
+
+    #[test]
+    fn a_tail_past_the_head_leaves_no_room() {
+        let mut mem = link_memory();
+        let (p, c) = ends(&mut mem);
+        p.publish(SLOTS);
+        assert_eq!(p.free(), 0);
+        c.consume(SLOTS + 3); // a consumer releasing what was never published
+        assert_eq!(p.free(), 0);
+    }
+
+    /// Each end reads the other's counter once per batch, and never misses what it published.
+    #[test]
+    fn counters_are_read_again_only_when_the_last_reading_is_used_up() {
+        let mut mem = link_memory();
+        let (p, c) = ends(&mut mem);
+        assert_eq!(p.free(), SLOTS);
+        p.publish(3);
+        assert_eq!(c.available(), Some(3));
+        p.publish(2); // not seen until the three are consumed
+        assert_eq!(c.available(), Some(3));
+        c.consume(3);
+        assert_eq!(c.available(), Some(2));
+        c.consume(2);
+        assert_eq!(c.available(), Some(0));
+        // The producer fills the ring on its first reading of the tail, then reads it again.
+        assert_eq!(p.free(), SLOTS - 5);
+        p.publish(SLOTS - 5);
+        assert_eq!(p.free(), 5, "the five consumed slots, read again");
+        p.publish(5);
+        assert_eq!(p.free(), 0);
+        assert_eq!(c.available(), Some(SLOTS));
+        c.consume(1);
+        assert_eq!(p.free(), 1);
     }
 }

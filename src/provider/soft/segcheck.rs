@@ -9,11 +9,11 @@
 
 use super::ring::{
     SegHdr, OP_ATOMIC_RESP, OP_CMP_SWAP, OP_FETCH_ADD, OP_NAK, OP_READ_REQ, OP_READ_RESP, OP_SEND,
-    OP_WRITE, SEG_DATA, SEG_FIRST, SEG_IMM, SEG_INV, SEG_LAST,
+    OP_WRITE, SEG_DATA, SEG_FIRST, SEG_IMM, SEG_INV, SEG_LAST, SEG_SOLICITED,
 };
 use crate::sys::ibv_wc_status::{IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR};
 
-const KNOWN_FLAGS: u32 = SEG_FIRST | SEG_LAST | SEG_IMM | SEG_INV;
+const KNOWN_FLAGS: u32 = SEG_FIRST | SEG_LAST | SEG_IMM | SEG_INV | SEG_SOLICITED;
 const WHOLE: u32 = SEG_FIRST | SEG_LAST;
 /// Payload of an atomic response: the original value.
 const ATOMIC_LEN: u32 = 8;
@@ -158,6 +158,10 @@ fn data(open: Option<Open>, h: &SegHdr) -> Result<Step, Violation> {
     if h.flags & SEG_INV != 0 && (h.opcode != OP_SEND || imm) {
         return Err(Violation::Flags);
     }
+    // The solicited event rides on requests that consume a receive only.
+    if h.flags & SEG_SOLICITED != 0 && h.opcode == OP_WRITE && !imm {
+        return Err(Violation::Flags);
+    }
     let (len, got) = match open {
         None if first => (h.msg_len, 0),
         None => return Err(Violation::Sequence),
@@ -207,7 +211,9 @@ fn response(h: &SegHdr, find: impl FnOnce(u64) -> Option<Outstanding>) -> Result
             if o.awaits != Awaits::Read {
                 return Err(Violation::Unmatched);
             }
-            if h.flags & SEG_IMM != 0 || (h.flags & SEG_FIRST != 0) != (o.got == 0) {
+            if h.flags & (SEG_IMM | SEG_SOLICITED) != 0
+                || (h.flags & SEG_FIRST != 0) != (o.got == 0)
+            {
                 return Err(Violation::Flags);
             }
             if h.msg_len != o.len {

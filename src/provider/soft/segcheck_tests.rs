@@ -70,6 +70,17 @@ fn unknown_opcodes_and_flags() {
 }
 
 #[test]
+fn the_solicited_event_rides_on_requests_that_consume_a_receive() {
+    let whole = SEG_FIRST | SEG_LAST | SEG_SOLICITED;
+    assert!(check(None, &hdr(OP_SEND, whole, 5, 5), none).is_ok());
+    assert!(check(None, &hdr(OP_WRITE, whole | SEG_IMM, 5, 5), none).is_ok());
+    assert_eq!(check(None, &hdr(OP_WRITE, whole, 5, 5), none), Err(Violation::Flags));
+    assert_eq!(check(None, &hdr(OP_READ_REQ, whole, 8, 0), none), Err(Violation::Flags));
+    let resp = SegHdr { req_seq: 7, ..hdr(OP_READ_RESP, whole, 8, 8) };
+    assert_eq!(check(None, &resp, read(8, 0)), Err(Violation::Flags));
+}
+
+#[test]
 fn lengths_beyond_the_slot_or_the_message() {
     assert_eq!(
         check(None, &hdr(OP_WRITE, SEG_FIRST, 1 << 30, D + 1), none),
