@@ -1,7 +1,9 @@
-/* RDMASHIM_PROVIDER picks the provider where the device list is built: unset or "soft" gives
- * the soft device; "native" (not implemented yet, issue 12) and any unknown value give an empty
- * device list (ibv_get_device_list and rdma_get_devices) and one line on stderr, printed once
- * however often the list is asked for.
+/* RDMASHIM_PROVIDER picks the provider where the device list is built: unset, "auto" (with no
+ * RDMA hardware, as here) and "soft" give the soft device; "native" whose library cannot be
+ * loaded (RDMASHIM_NATIVE_LIBDIR names a directory without one) and any unknown value give an
+ * empty device list (ibv_get_device_list and rdma_get_devices) and one line on stderr, printed
+ * once however often the list is asked for: never a silent fallback to the soft device.
+ * (Passthrough to a library that loads is tests/tools/passthrough.py.)
  *
  * Each case runs in a forked child (the choice is read once per process) whose stderr goes to a
  * pipe the parent reads. Exit 0 passes. */
@@ -52,6 +54,7 @@ static void run(const char *value, int want_devices, int want_lines) {
     alarm(20);
     close(p[0]);
     dup2(p[1], 2);
+    setenv("RDMASHIM_NATIVE_LIBDIR", "/nonexistent/rdmashim-test", 1);
     if (value)
       setenv("RDMASHIM_PROVIDER", value, 1);
     else
@@ -86,6 +89,7 @@ static void run(const char *value, int want_devices, int want_lines) {
 int main(void) {
   run(NULL, 1, 0);
   run("soft", 1, 0);
+  run("auto", 1, 0);
   run("native", 0, 1);
   run("no-such-provider", 0, 1);
   return failures ? 1 : 0;

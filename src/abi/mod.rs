@@ -254,6 +254,30 @@ macro_rules! entry {
         #[no_mangle]
         #[allow(clippy::missing_safety_doc, unused_unsafe)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> <$conv as $crate::abi::Convention>::C {
+            // Passthrough (provider::native): the native library's function of the same name,
+            // where it has one, called with the same arguments (and traced like ours).
+            if $crate::provider::native::on() {
+                static NATIVE: $crate::provider::native::Symbol =
+                    $crate::provider::native::Symbol::new(
+                        match ::std::ffi::CStr::from_bytes_with_nul(
+                            concat!(stringify!($name), "\0").as_bytes(),
+                        ) {
+                            Ok(c) => c,
+                            Err(_) => panic!("a function name has no NUL"),
+                        },
+                    );
+                if let Some(p) = NATIVE.get() {
+                    type F = unsafe extern "C" fn($($ty),*) -> <$conv as $crate::abi::Convention>::C;
+                    // SAFETY: p is rdma-core's function of this name, which its headers declare
+                    // with this signature (ours are the same, from the same headers).
+                    let f = unsafe { ::std::mem::transmute::<*mut ::std::ffi::c_void, F>(p) };
+                    return $crate::entry_body!($name($($arg),*) -> $crate::abi::Forward<$conv> {
+                        // SAFETY: the caller's arguments, passed on unchanged under the contract
+                        // the native function has (the same man page).
+                        Ok(unsafe { f($($arg),*) })
+                    });
+                }
+            }
             $crate::entry_body!($name($($arg),*) -> $conv $body)
         }
     )*};
@@ -311,6 +335,20 @@ macro_rules! unimplemented_entry {
             }
         }
     )*};
+}
+
+/// A handle that a formerly inline function uses as its inline body does: one of ours that
+/// `lookup` finds alive (the guard it returns holds it meanwhile), or, in passthrough
+/// ([`crate::provider::native`]), any non-NULL handle, which is the native library's (`None`:
+/// only that library knows its objects, and its inline body trusts them as rdma-core's does).
+pub fn inline_handle<T, G>(
+    p: *mut T,
+    lookup: impl FnOnce(*mut T) -> Result<G>,
+) -> Result<Option<G>> {
+    if crate::provider::native::on() {
+        return if p.is_null() { Err(Errno::EINVAL) } else { Ok(None) };
+    }
+    lookup(p).map(Some)
 }
 
 /// Borrows a C out-parameter, `EINVAL` if NULL.

@@ -20,7 +20,7 @@ use crate::abi::verbs::{
     ibv_ack_cq_events, ibv_dereg_mr, ibv_get_cq_event, ibv_poll_cq, ibv_post_recv, ibv_post_send,
     ibv_post_srq_recv, ibv_reg_mr, ibv_req_notify_cq,
 };
-use crate::abi::{MinusOne, NullOr, Value};
+use crate::abi::{inline_handle, MinusOne, NullOr, Value};
 use crate::errno::{Errno, Result};
 use crate::sys::{
     ibv_access_flags, ibv_ah, ibv_comp_channel, ibv_cq, ibv_mr, ibv_qp, ibv_recv_wr, ibv_send_wr,
@@ -45,8 +45,8 @@ fn seterrno(ret: c_int) -> Result<()> {
 /// # Safety
 /// `id` is NULL or a pointer that [`crate::cm::check_id`] may inspect.
 unsafe fn id_qp(id: *mut rdma_cm_id) -> Result<*mut ibv_qp> {
-    crate::cm::check_id(id)?;
-    // SAFETY: check_id confirmed `id` is a live rdma_cm_id we handed out.
+    live_id(id)?;
+    // SAFETY: live_id confirmed `id` is a live rdma_cm_id (ours, or in passthrough the native library's).
     let qp = unsafe { (*id).qp };
     if qp.is_null() {
         return Err(Errno::EINVAL);
@@ -64,8 +64,8 @@ unsafe fn reg(
     length: usize,
     access: ibv_access_flags,
 ) -> Result<*mut ibv_mr> {
-    crate::cm::check_id(id)?;
-    // SAFETY: check_id confirmed `id` is a live rdma_cm_id.
+    live_id(id)?;
+    // SAFETY: live_id confirmed `id` is a live rdma_cm_id.
     let pd = unsafe { (*id).pd };
     // SAFETY: ibv_reg_mr checks `pd`; `addr`/`length` are the caller's, as in rdma-core.
     let mr = unsafe { ibv_reg_mr(pd, addr, length, access.0 as c_int) };
@@ -86,8 +86,8 @@ unsafe fn post_recv_wr(
     sgl: *mut ibv_sge,
     nsge: c_int,
 ) -> Result<()> {
-    crate::cm::check_id(id)?;
-    // SAFETY: check_id confirmed `id` is a live rdma_cm_id.
+    live_id(id)?;
+    // SAFETY: live_id confirmed `id` is a live rdma_cm_id.
     let (srq, qp) = unsafe { ((*id).srq, (*id).qp) };
     let mut wr = ibv_recv_wr {
         wr_id: context as usize as u64,
@@ -144,13 +144,36 @@ fn sge(addr: *mut c_void, length: usize, lkey: u32) -> ibv_sge {
     ibv_sge { addr: addr as usize as u64, length: length as u32, lkey }
 }
 
-/// A live MR of ours, or `None` for NULL; `EINVAL` for a destroyed or foreign one (rdma-core
-/// would read its lkey from freed memory).
-fn live_mr(mr: *mut ibv_mr) -> Result<Option<std::sync::Arc<crate::verbs::mr::Mr>>> {
+/// What the inline bodies read of an MR: its lkey and the range it covers.
+struct MrView {
+    key: u32,
+    addr: usize,
+    len: usize,
+}
+
+/// A live MR of ours (in passthrough, the native library's, read as the inline reads it), or
+/// `None` for NULL; `EINVAL` for a destroyed or foreign one (rdma-core would read its lkey
+/// from freed memory).
+fn live_mr(mr: *mut ibv_mr) -> Result<Option<MrView>> {
     if mr.is_null() {
         return Ok(None);
     }
-    crate::verbs::objects().mrs.get(mr).map(Some)
+    Ok(Some(match inline_handle(mr, |p| crate::verbs::objects().mrs.get(p))? {
+        Some(m) => {
+            let reg = m.reg();
+            MrView { key: m.key, addr: reg.addr, len: reg.len }
+        }
+        None => {
+            // SAFETY: in passthrough a non-NULL MR is the native library's, live per the API.
+            let r = unsafe { &*mr };
+            MrView { key: r.lkey, addr: r.addr as usize, len: r.length }
+        }
+    }))
+}
+
+/// An id the inline bodies may read: live and ours, or in passthrough the native library's.
+fn live_id(id: *mut rdma_cm_id) -> Result<()> {
+    inline_handle(id, crate::cm::check_id).map(|_| ())
 }
 
 /// Posts an RDMA READ or WRITE work request to `remote_addr`/`rkey`.
@@ -377,9 +400,8 @@ pub unsafe extern "C" fn rdma_post_recv(
     crate::entry_body!(rdma_post_recv(id, context, addr, length, mr) -> MinusOne {
         let mr = live_mr(mr)?.ok_or(Errno::EINVAL)?;
         let (start, end) = (addr as usize, (addr as usize).checked_add(length));
-        let reg = mr.reg();
-        let mr_start = reg.addr;
-        let mr_end = mr_start.checked_add(reg.len);
+        let mr_start = mr.addr;
+        let mr_end = mr_start.checked_add(mr.len);
         match (end, mr_end) {
             (Some(end), Some(mr_end)) if start >= mr_start && end <= mr_end => {}
             _ => return Err(Errno::EINVAL),
@@ -580,8 +602,8 @@ unsafe fn get_comp(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_send_comp(id: *mut rdma_cm_id, wc: *mut ibv_wc) -> c_int {
     crate::entry_body!(rdma_get_send_comp(id, wc) -> Value<c_int> {
-        crate::cm::check_id(id)?;
-        // SAFETY: check_id confirmed `id` is a live rdma_cm_id.
+        live_id(id)?;
+        // SAFETY: live_id confirmed `id` is a live rdma_cm_id.
         let (cq, channel) = unsafe { ((*id).send_cq, (*id).send_cq_channel) };
         // SAFETY: get_comp checks the CQ, `wc` and channel for NULL; `wc` is the caller's.
         unsafe { get_comp(cq, channel, wc) }
@@ -598,8 +620,8 @@ pub unsafe extern "C" fn rdma_get_send_comp(id: *mut rdma_cm_id, wc: *mut ibv_wc
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_recv_comp(id: *mut rdma_cm_id, wc: *mut ibv_wc) -> c_int {
     crate::entry_body!(rdma_get_recv_comp(id, wc) -> Value<c_int> {
-        crate::cm::check_id(id)?;
-        // SAFETY: check_id confirmed `id` is a live rdma_cm_id.
+        live_id(id)?;
+        // SAFETY: live_id confirmed `id` is a live rdma_cm_id.
         let (cq, channel) = unsafe { ((*id).recv_cq, (*id).recv_cq_channel) };
         // SAFETY: get_comp checks the CQ, `wc` and channel for NULL; `wc` is the caller's.
         unsafe { get_comp(cq, channel, wc) }

@@ -20,7 +20,7 @@
 //! has the list.
 
 use crate::abi::verbs as exported;
-use crate::abi::{arg, Forward, Infallible, NegativeErrno, NullOr, PositiveErrno};
+use crate::abi::{arg, inline_handle, Forward, Infallible, NegativeErrno, NullOr, PositiveErrno};
 use crate::entry;
 use crate::errno::{Errno, Result};
 use crate::sys::*;
@@ -34,17 +34,19 @@ use std::sync::Arc;
 /// that has a `struct verbs_context` in front of it.
 const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 
-/// `verbs_get_ctx(ctx)` on a live context of ours: the `verbs_context` around it, or NULL if
-/// `abi_compat` does not mark it extended. The `Arc` keeps the context alive meanwhile.
-fn extended(ctx: *mut ibv_context) -> Result<(Arc<Context>, *mut verbs_context)> {
-    let live = objects().contexts.get(ctx)?;
-    // SAFETY: ctx is a live context of ours (held by `live`); abi_compat is a plain field.
+/// `verbs_get_ctx(ctx)` on a live context of ours (or, in passthrough, the native library's):
+/// the `verbs_context` around it, or NULL if `abi_compat` does not mark it extended. The `Arc`
+/// keeps a context of ours alive meanwhile.
+fn extended(ctx: *mut ibv_context) -> Result<(Option<Arc<Context>>, *mut verbs_context)> {
+    let live = inline_handle(ctx, |p| objects().contexts.get(p))?;
+    // SAFETY: ctx is a live context (held by `live` if ours); abi_compat is a plain field.
     if unsafe { (*ctx).abi_compat } != VERBS_ABI_IS_EXTENDED {
         return Ok((live, std::ptr::null_mut()));
     }
     let off = offset_of!(verbs_context, context);
     // SAFETY: an extended context is the `context` member (the last one) of a verbs_context
-    // allocation (`Context::open`), so stepping back by its offset stays inside that allocation.
+    // allocation (ours: `Context::open`; rdma-core's: verbs.h's `verbs_get_ctx` rule), so
+    // stepping back by its offset stays inside that allocation.
     Ok((live, unsafe { ctx.cast::<u8>().sub(off) }.cast::<verbs_context>()))
 }
 
@@ -82,8 +84,8 @@ fn legacy_op<F>(
     ctx: *mut ibv_context,
     slot: impl FnOnce(&ibv_context_ops) -> Option<F>,
 ) -> Result<F> {
-    let _live = objects().contexts.get(ctx)?;
-    // SAFETY: ctx is a live context of ours (held by `_live`); its ops, set at open, are copied
+    let _live = inline_handle(ctx, |p| objects().contexts.get(p))?;
+    // SAFETY: ctx is a live context (held by `_live` if ours; in passthrough, the native library's); its ops, set at open, are copied
     // through the raw pointer.
     let ops = unsafe { std::ptr::addr_of!((*ctx).ops).read() };
     slot(&ops).ok_or(Errno::EOPNOTSUPP)
@@ -196,8 +198,8 @@ entry! {
 
     /// `pd->context->ops.alloc_mw(pd, type)`; NULL + `EOPNOTSUPP` without the op.
     fn ibv_alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type::Type) -> NullOr<ibv_mw> {
-        let _live = objects().pds.get(pd)?;
-        // SAFETY: pd is a live PD of ours (held by `_live`).
+        let _live = inline_handle(pd, |p| objects().pds.get(p))?;
+        // SAFETY: pd is a live PD (held by `_live` if ours; in passthrough, the native library's).
         let f = legacy_op(unsafe { (*pd).context }, |o| o.alloc_mw)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(pd, type_) })
@@ -205,9 +207,12 @@ entry! {
 
     /// `mw->context->ops.dealloc_mw(mw)`.
     fn ibv_dealloc_mw(mw: *mut ibv_mw) -> Forward<PositiveErrno> {
-        let w = objects().mws.get(mw)?;
-        let f = legacy_op(w.raw.read().context, |o| o.dealloc_mw)?;
-        drop(w);
+        let ctx = match inline_handle(mw, |p| objects().mws.get(p))? {
+            Some(w) => w.raw.read().context,
+            // SAFETY: a non-NULL window of the native library; its context, as the inline reads.
+            None => unsafe { (*mw).context },
+        };
+        let f = legacy_op(ctx, |o| o.dealloc_mw)?;
         // SAFETY: the context's op, with the caller's window.
         Ok(unsafe { f(mw) })
     }
@@ -215,19 +220,31 @@ entry! {
     /// The inline's checks (type 1 window, range only with an MR: `EINVAL`; the MR in the
     /// window's PD: `EPERM`), then `mw->context->ops.bind_mw(qp, mw, mw_bind)`.
     fn ibv_bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> Forward<PositiveErrno> {
-        let w = objects().mws.get(mw)?;
         // SAFETY: mw_bind is NULL or valid for reads (the API contract).
-        w.bind_call_checks(&unsafe { arg(mw_bind) }?.bind_info)?;
-        let f = legacy_op(w.raw.read().context, |o| o.bind_mw)?;
-        drop(w);
+        let info = &unsafe { arg(mw_bind) }?.bind_info;
+        let ctx = match inline_handle(mw, |p| objects().mws.get(p))? {
+            Some(w) => {
+                w.bind_call_checks(info)?;
+                w.raw.read().context
+            }
+            None => {
+                // SAFETY: a non-NULL window and MR of the native library, read as the inline
+                // reads them.
+                let (t, pd, ctx) = unsafe { ((*mw).type_, (*mw).pd, (*mw).context) };
+                // SAFETY: as above: the inline reads the MR's PD.
+                crate::verbs::mw::bind_call_rule(t, pd, info, |mr| Ok(unsafe { (*mr).pd }))?;
+                ctx
+            }
+        };
+        let f = legacy_op(ctx, |o| o.bind_mw)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(qp, mw, mw_bind) })
     }
 
     /// The context's `advise_mr`, else `EOPNOTSUPP`.
     fn ibv_advise_mr(pd: *mut ibv_pd, advice: ib_uverbs_advise_mr_advice::Type, flags: u32, sg_list: *mut ibv_sge, num_sge: u32) -> Forward<PositiveErrno> {
-        let _live = objects().pds.get(pd)?;
-        // SAFETY: pd is a live PD of ours (held by `_live`).
+        let _live = inline_handle(pd, |p| objects().pds.get(p))?;
+        // SAFETY: pd is a live PD (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*pd).context }, advise_mr)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(pd, advice, flags, sg_list, num_sge) })
@@ -235,8 +252,8 @@ entry! {
 
     /// The context's `alloc_null_mr`, else NULL + `EOPNOTSUPP`.
     fn ibv_alloc_null_mr(pd: *mut ibv_pd) -> NullOr<ibv_mr> {
-        let _live = objects().pds.get(pd)?;
-        // SAFETY: pd is a live PD of ours (held by `_live`).
+        let _live = inline_handle(pd, |p| objects().pds.get(p))?;
+        // SAFETY: pd is a live PD (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*pd).context }, alloc_null_mr)?;
         // SAFETY: the context's op, with the caller's PD.
         Ok(unsafe { f(pd) })
@@ -253,31 +270,44 @@ entry! {
 
     /// The context's `free_dm`, else `EOPNOTSUPP`.
     fn ibv_free_dm(dm: *mut ibv_dm) -> Forward<PositiveErrno> {
-        let d = objects().dms.get(dm)?;
-        let f = ctx_op!(d.raw.read().context, free_dm)?;
-        drop(d);
+        let ctx = match inline_handle(dm, |p| objects().dms.get(p))? {
+            Some(d) => d.raw.read().context,
+            // SAFETY: a non-NULL DM of the native library; its context, as the inline reads.
+            None => unsafe { (*dm).context },
+        };
+        let f = ctx_op!(ctx, free_dm)?;
         // SAFETY: the context's op, with the caller's DM.
         Ok(unsafe { f(dm) })
     }
 
     /// `dm->memcpy_to_dm(dm, dm_offset, host_addr, length)`.
     fn ibv_memcpy_to_dm(dm: *mut ibv_dm, dm_offset: u64, host_addr: *const c_void, length: usize) -> Forward<PositiveErrno> {
-        let f = objects().dms.get(dm)?.raw.read().memcpy_to_dm.ok_or(Errno::EOPNOTSUPP)?;
+        let f = match inline_handle(dm, |p| objects().dms.get(p))? {
+            Some(d) => d.raw.read().memcpy_to_dm,
+            // SAFETY: a non-NULL DM of the native library; its own function, as the inline reads.
+            None => unsafe { (*dm).memcpy_to_dm },
+        }
+        .ok_or(Errno::EOPNOTSUPP)?;
         // SAFETY: the DM's own function, with the caller's arguments.
         Ok(unsafe { f(dm, dm_offset, host_addr, length) })
     }
 
     /// `dm->memcpy_from_dm(host_addr, dm, dm_offset, length)`.
     fn ibv_memcpy_from_dm(host_addr: *mut c_void, dm: *mut ibv_dm, dm_offset: u64, length: usize) -> Forward<PositiveErrno> {
-        let f = objects().dms.get(dm)?.raw.read().memcpy_from_dm.ok_or(Errno::EOPNOTSUPP)?;
+        let f = match inline_handle(dm, |p| objects().dms.get(p))? {
+            Some(d) => d.raw.read().memcpy_from_dm,
+            // SAFETY: a non-NULL DM of the native library; its own function, as the inline reads.
+            None => unsafe { (*dm).memcpy_from_dm },
+        }
+        .ok_or(Errno::EOPNOTSUPP)?;
         // SAFETY: the DM's own function, with the caller's arguments.
         Ok(unsafe { f(host_addr, dm, dm_offset, length) })
     }
 
     /// The PD's context's `reg_dm_mr`, else NULL + `EOPNOTSUPP`.
     fn ibv_reg_dm_mr(pd: *mut ibv_pd, dm: *mut ibv_dm, dm_offset: u64, length: usize, access: c_uint) -> NullOr<ibv_mr> {
-        let _live = objects().pds.get(pd)?;
-        // SAFETY: pd is a live PD of ours (held by `_live`).
+        let _live = inline_handle(pd, |p| objects().pds.get(p))?;
+        // SAFETY: pd is a live PD (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*pd).context }, reg_dm_mr)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(pd, dm, dm_offset, length, access) })
@@ -294,8 +324,8 @@ entry! {
 
     /// The CQ's context's `modify_cq`, else `EOPNOTSUPP`.
     fn ibv_modify_cq(cq: *mut ibv_cq, attr: *mut ibv_modify_cq_attr) -> Forward<PositiveErrno> {
-        let _live = objects().cqs.get(cq)?;
-        // SAFETY: cq is a live CQ of ours (held by `_live`).
+        let _live = inline_handle(cq, |p| objects().cqs.get(p))?;
+        // SAFETY: cq is a live CQ (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*cq).context }, modify_cq)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(cq, attr) })
@@ -323,8 +353,8 @@ entry! {
 
     /// The SRQ's context's `get_srq_num`, else `EOPNOTSUPP`.
     fn ibv_get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> Forward<PositiveErrno> {
-        let _live = objects().srqs.get(srq)?;
-        // SAFETY: srq is a live SRQ of ours (held by `_live`).
+        let _live = inline_handle(srq, |p| objects().srqs.get(p))?;
+        // SAFETY: srq is a live SRQ (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*srq).context }, get_srq_num)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(srq, srq_num) })
@@ -332,8 +362,8 @@ entry! {
 
     /// The SRQ's context's `post_srq_ops`; without it `*bad_op = op` and `EOPNOTSUPP`.
     fn ibv_post_srq_ops(srq: *mut ibv_srq, op: *mut ibv_ops_wr, bad_op: *mut *mut ibv_ops_wr) -> Forward<PositiveErrno> {
-        let _live = objects().srqs.get(srq)?;
-        // SAFETY: srq is a live SRQ of ours (held by `_live`).
+        let _live = inline_handle(srq, |p| objects().srqs.get(p))?;
+        // SAFETY: srq is a live SRQ (held by `_live` if ours; in passthrough, the native library's).
         match ctx_op!(unsafe { (*srq).context }, post_srq_ops) {
             // SAFETY: the context's op, with the caller's arguments.
             Ok(f) => Ok(unsafe { f(srq, op, bad_op) }),
@@ -370,8 +400,8 @@ entry! {
 
     /// The QP's context's `modify_qp_rate_limit`, else `EOPNOTSUPP`.
     fn ibv_modify_qp_rate_limit(qp: *mut ibv_qp, attr: *mut ibv_qp_rate_limit_attr) -> Forward<PositiveErrno> {
-        let _live = objects().qps.get(qp)?;
-        // SAFETY: qp is a live QP of ours (held by `_live`).
+        let _live = inline_handle(qp, |p| objects().qps.get(p))?;
+        // SAFETY: qp is a live QP (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*qp).context }, modify_qp_rate_limit)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(qp, attr) })
@@ -387,8 +417,8 @@ entry! {
     /// The domain's context's `close_xrcd` (the inline does not check it; we answer
     /// `EOPNOTSUPP` rather than jump through NULL).
     fn ibv_close_xrcd(xrcd: *mut ibv_xrcd) -> Forward<PositiveErrno> {
-        let _live = objects().xrcds.get(xrcd)?;
-        // SAFETY: xrcd is a live domain of ours (held by `_live`).
+        let _live = inline_handle(xrcd, |p| objects().xrcds.get(p))?;
+        // SAFETY: xrcd is a live domain (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*xrcd).context }, close_xrcd)?;
         drop(_live);
         // SAFETY: the context's op, with the caller's domain.
@@ -404,7 +434,7 @@ entry! {
 
     /// The domain's context's `dealloc_td`, else `EOPNOTSUPP`.
     fn ibv_dealloc_td(td: *mut ibv_td) -> Forward<PositiveErrno> {
-        let _live = objects().tds.get(td)?;
+        let _live = inline_handle(td, |p| objects().tds.get(p))?;
         // SAFETY: td is a live thread domain of ours (held by `_live`).
         let f = ctx_op!(unsafe { (*td).context }, dealloc_td)?;
         drop(_live);
@@ -461,8 +491,8 @@ entry! {
 entry! {
     /// The QP's context's `ibv_create_flow`, else NULL + `EOPNOTSUPP`.
     fn ibv_create_flow(qp: *mut ibv_qp, flow: *mut ibv_flow_attr) -> NullOr<ibv_flow> {
-        let _live = objects().qps.get(qp)?;
-        // SAFETY: qp is a live QP of ours (held by `_live`).
+        let _live = inline_handle(qp, |p| objects().qps.get(p))?;
+        // SAFETY: qp is a live QP (held by `_live` if ours; in passthrough, the native library's).
         let f = ctx_op!(unsafe { (*qp).context }, ibv_create_flow)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(qp, flow) })

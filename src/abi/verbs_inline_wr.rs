@@ -8,7 +8,7 @@
 //! enabled, a reader not asked for in `wc_flags`) `EOPNOTSUPP`, in the function's convention
 //! (errno only for the `void` ones, 0 for a reader). See docs/INLINE-API.md.
 
-use crate::abi::{Forward, Infallible, Nothing, NullOr, PositiveErrno};
+use crate::abi::{inline_handle, Forward, Infallible, Nothing, NullOr, PositiveErrno};
 use crate::entry;
 use crate::errno::{Errno, Result};
 use crate::sys::*;
@@ -18,16 +18,17 @@ use libc::{c_uint, c_void};
 /// The posting function read by `slot` from `qp` (through [`qp_op!`]). Every QP of ours is
 /// allocated as an `ibv_qp_ex`, so its slots exist once the registry knows the QP (which the
 /// lookup keeps alive meanwhile); a slot is NULL until the posting API is enabled
-/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` or `ibv_qp_to_qp_ex`).
+/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` or `ibv_qp_to_qp_ex`). In passthrough `qp` is the native
+/// library's `ibv_qp_ex` (from its `ibv_qp_to_qp_ex`), read as the inline reads it.
 fn qp_op<F>(qp: *mut ibv_qp_ex, slot: impl FnOnce(*const ibv_qp_ex) -> Option<F>) -> Result<F> {
-    let _live = objects().qps.get(qp)?;
+    let _live = inline_handle(qp, |p| objects().qps.get(p))?;
     slot(qp).ok_or(Errno::EOPNOTSUPP)
 }
 
 macro_rules! qp_op {
     ($qp:expr, $slot:ident) => {
         qp_op($qp, |x| {
-            // SAFETY: qp_op calls this with a live QP of ours, an ibv_qp_ex; one field is read
+            // SAFETY: qp_op calls this with a live ibv_qp_ex (ours, or the native library's); one field is read
             // through the raw pointer (no reference to the fields C writes, wr_id and wr_flags).
             unsafe { std::ptr::addr_of!((*x).$slot).read() }
         })
@@ -35,16 +36,16 @@ macro_rules! qp_op {
 }
 
 /// The polling function or reader read by `slot` from `cq` (through [`cq_op!`]); every CQ of
-/// ours is an `ibv_cq_ex`, its slots set at creation.
+/// ours is an `ibv_cq_ex`, its slots set at creation (in passthrough: the native library's).
 fn cq_op<F>(cq: *mut ibv_cq_ex, slot: impl FnOnce(*const ibv_cq_ex) -> Option<F>) -> Result<F> {
-    let _live = objects().cqs.get(cq)?;
+    let _live = inline_handle(cq, |p| objects().cqs.get(p))?;
     slot(cq).ok_or(Errno::EOPNOTSUPP)
 }
 
 macro_rules! cq_op {
     ($cq:expr, $slot:ident) => {
         cq_op($cq, |c| {
-            // SAFETY: cq_op calls this with a live CQ of ours, an ibv_cq_ex; one field is read
+            // SAFETY: cq_op calls this with a live ibv_cq_ex (ours, or the native library's); one field is read
             // through the raw pointer (no reference to the fields C writes, wr_id and status).
             unsafe { std::ptr::addr_of!((*c).$slot).read() }
         })

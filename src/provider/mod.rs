@@ -12,9 +12,10 @@
 //! The QP handle holds its `Arc<dyn TransportQp>` and the provider holds its sinks as
 //! `Arc<dyn …>`: nothing is looked up per message. Lock order across the seam: docs/DESIGN-NOTES.md.
 //!
-//! `soft` is the embedded software provider (the default; `RDMASHIM_PROVIDER=soft`). Passthrough
-//! to real hardware (`native`) is not built yet: [`selected`] then offers no device.
+//! `soft` is the embedded software provider; `native` passes every call through to the system's
+//! rdma-core (`RDMASHIM_PROVIDER=native`, or `auto` where hardware is present), see [`native`].
 
+pub mod native;
 pub mod soft;
 pub mod wr;
 
@@ -24,7 +25,6 @@ pub use wr::{
 };
 
 use crate::errno::Result;
-use std::io::Write;
 use std::sync::Arc;
 
 /// Access rights (the values of `ibv_access_flags`).
@@ -261,24 +261,11 @@ pub trait Provider: Send + Sync {
     }
 }
 
-/// The provider `RDMASHIM_PROVIDER` asks for, read once per process where the device list is
-/// built: unset, empty or `soft` gives the soft provider; `native` (not implemented yet, issue
-/// 12) and any other value give none (no devices), with one line on stderr the first time.
+/// The name of the soft provider's one device.
+pub const SOFT_DEVICE_NAME: &str = "soft0";
+
+/// The provider that serves calls in this process: the soft one, unless `RDMASHIM_PROVIDER`
+/// (see [`native`]) forwards every call to the native library or selects no provider.
 pub fn selected() -> Option<&'static dyn Provider> {
-    static CHOICE: std::sync::OnceLock<Option<&'static dyn Provider>> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| {
-        let v = std::env::var_os("RDMASHIM_PROVIDER");
-        let why = match v.as_deref().map(|s| s.to_str()) {
-            None | Some(Some("")) | Some(Some("soft")) => return Some(&soft::SOFT),
-            Some(Some("native")) => "is not implemented yet (issue 12)".to_string(),
-            _ => "is not a known provider (soft, native)".to_string(),
-        };
-        let shown = v.as_deref().map(|s| s.to_string_lossy()).unwrap_or_default();
-        // A closed stderr is no reason to fail: the empty device list says it too.
-        let _ = writeln!(
-            std::io::stderr(),
-            "rdmashim: RDMASHIM_PROVIDER={shown} {why}: no RDMA devices"
-        );
-        None
-    })
+    (native::mode() == native::Mode::Soft).then_some(&soft::SOFT as &dyn Provider)
 }

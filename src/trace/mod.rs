@@ -50,7 +50,15 @@ pub fn init() -> bool {
 }
 
 fn sink() -> Option<RawFd> {
-    *SINK.get_or_init(|| open(std::env::var_os(ENV)?.to_str()?))
+    *SINK.get_or_init(|| {
+        let dest = std::env::var_os(ENV)?;
+        // A copy loaded as another's native library (the passthrough stand-in) stays quiet:
+        // the calls are traced once, where the program made them.
+        if crate::provider::native::inside_another_namespace() {
+            return None;
+        }
+        open(dest.to_str()?)
+    })
 }
 
 fn open(dest: &str) -> Option<RawFd> {

@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-pub const DEVICE_NAME: &str = "soft0";
+pub const DEVICE_NAME: &str = crate::provider::SOFT_DEVICE_NAME;
 pub const PORT: u8 = 1;
 /// `vendor_id` (no IEEE OUI of a vendor: all ones, as soft devices report), also the ECE
 /// vendor of its QPs.

@@ -131,17 +131,7 @@ impl Mw {
     /// window's PD (`EPERM`). An MR that is not a live one of ours is `EINVAL`.
     pub fn bind_call_checks(&self, info: &ibv_mw_bind_info) -> Result<()> {
         let raw = self.raw.read();
-        if raw.type_ != TYPE_1 {
-            return Err(Errno::EINVAL);
-        }
-        if info.mr.is_null() {
-            return if info.addr != 0 || info.length != 0 { Err(Errno::EINVAL) } else { Ok(()) };
-        }
-        let mr = objects().mrs.get(info.mr)?;
-        if mr.raw.read().pd != raw.pd {
-            return Err(Errno::EPERM);
-        }
-        Ok(())
+        bind_call_rule(raw.type_, raw.pd, info, |mr| Ok(objects().mrs.get(mr)?.raw.read().pd))
     }
 
     fn set_raw_rkey(&self, rkey: u32) {
@@ -292,6 +282,26 @@ pub fn invalidate(pd: &Pd, rkey: u32) -> std::result::Result<(), AccessError> {
     keys.insert(rkey, Arc::new(unbound(&mw)));
     if let Some(mr) = st.bound.take() {
         mr.windows.fetch_sub(1, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+/// verbs.h's `ibv_bind_mw` checks, before the op is called: a type 1 window (`EINVAL`), a range
+/// only with an MR (`EINVAL`), the MR in the window's PD (`EPERM`); `mr_pd` reads an MR's PD.
+pub fn bind_call_rule(
+    mw_type: u32,
+    mw_pd: *mut ibv_pd,
+    info: &ibv_mw_bind_info,
+    mr_pd: impl FnOnce(*mut ibv_mr) -> Result<*mut ibv_pd>,
+) -> Result<()> {
+    if mw_type != TYPE_1 {
+        return Err(Errno::EINVAL);
+    }
+    if info.mr.is_null() {
+        return if info.addr != 0 || info.length != 0 { Err(Errno::EINVAL) } else { Ok(()) };
+    }
+    if mr_pd(info.mr)? != mw_pd {
+        return Err(Errno::EPERM);
     }
     Ok(())
 }

@@ -60,13 +60,24 @@ fn library(r: &mut Report) {
 }
 
 fn provider(r: &mut Report) {
-    match std::env::var("RDMASHIM_PROVIDER").as_deref() {
-        Err(_) | Ok("") | Ok("soft") => {
-            r.ok("provider", "soft (the embedded provider; RDMASHIM_PROVIDER unset or soft)".into())
-        }
-        Ok(other) => r.problem(
+    use rdmashim::provider::native::{mode, Mode};
+    let asked = std::env::var("RDMASHIM_PROVIDER").unwrap_or_default();
+    let asked = if asked.is_empty() { "auto (unset)".to_string() } else { asked };
+    match mode() {
+        Mode::Soft => r.ok(
             "provider",
-            format!("RDMASHIM_PROVIDER={other} is not available yet: programs see no device"),
+            format!("soft, the embedded provider (RDMASHIM_PROVIDER={asked}; no RDMA hardware found, or soft asked for)"),
+        ),
+        Mode::Native => {
+            let dir = std::env::var("RDMASHIM_NATIVE_LIBDIR").unwrap_or_else(|_| "the system's".into());
+            r.ok(
+                "provider",
+                format!("native: calls pass through to rdma-core ({dir} libibverbs.so.1; RDMASHIM_PROVIDER={asked})"),
+            )
+        }
+        Mode::Nothing => r.problem(
+            "provider",
+            format!("RDMASHIM_PROVIDER={asked} gives no provider: programs see no device"),
         ),
     }
 }

@@ -48,7 +48,7 @@ Runs PROGRAM unmodified on rdmashim and exits with its status.
                    captured yet
   --faults SPEC    RDMASHIM_FAULTS=SPEC: drop/duplicate/reorder/delay RoCEv2 packets, e.g.
                    drop=0.05,dup=0.05,reorder=0.05,delay=0.05:2ms (network path only)
-  --provider NAME  RDMASHIM_PROVIDER=NAME (soft is the embedded provider)
+  --provider NAME  RDMASHIM_PROVIDER=NAME (auto, soft: the embedded provider, native)
   --no-device-view do not show the device where frameworks look for it. By default the
                    program runs in a private mount namespace (a user namespace too when not
                    root) where /sys/class/infiniband/<dev>, /sys/class/infiniband_verbs and
@@ -197,8 +197,13 @@ fn run(args: Vec<OsString>) -> ExitCode {
         {
             std::env::set_var("RDMASHIM_PROVIDER", p);
         }
-        if let Err(why) = view::enter() {
-            eprintln!("rdmashim: running without the device view ({why})");
+        // On RDMA hardware (passthrough) programs read the real sysfs: the view describes the
+        // soft device only.
+        let native = rdmashim::provider::native::mode() == rdmashim::provider::native::Mode::Native;
+        if !native {
+            if let Err(why) = view::enter() {
+                eprintln!("rdmashim: running without the device view ({why})");
+            }
         }
     }
     // exec replaces this process, so the program's exit status (or signal) is ours.

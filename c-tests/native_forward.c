@@ -1,0 +1,221 @@
+/* Passthrough (RDMASHIM_PROVIDER=native or auto, issue 12): built against rdma-core's headers and
+ * libraries, run under rdmashim (preload or drop-in) with RDMASHIM_NATIVE_LIBDIR pointing at a
+ * second copy of rdmashim's own libibverbs.so.1, which stands in for the system's rdma-core.
+ *
+ *   native_forward STAND_IN native   every call must reach the stand-in's objects
+ *   native_forward STAND_IN soft     the stand-in must not be involved (auto without devices)
+ *
+ * With "native" it checks that the objects the program gets are the stand-in's: the ops the
+ * program's inlined ibv_post_send/ibv_poll_cq jump through lie in the stand-in's copy (a
+ * mapping other than the one the program's exported calls bound to), so the data path takes no
+ * hop through the forwarding library. Then it moves data on them: an RC loopback pair in one
+ * context with SENDs through the inlined calls and through the exported real symbols
+ * (ibv_post_send, ibv_poll_cq, ... as FFI callers reach them), a completion event waited for with
+ * poll() on the channel fd, the extended API (ibv_query_device_ex, ibv_create_cq_ex and
+ * ibv_start_poll), and an rdma_cm id on a real event channel fd. Exit 0 passes; the first
+ * failed check says where and exits 1. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <limits.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rc_pair.h" /* CHECK, to_rts, the ctx and pd the helpers use */
+
+/* The base address of the object that holds `addr`. */
+static void *base_of(const void *addr, char *path, size_t len) {
+  Dl_info info;
+  if (!dladdr(addr, &info) || !info.dli_fname)
+    return NULL;
+  if (path && !realpath(info.dli_fname, path))
+    snprintf(path, len, "%s", info.dli_fname);
+  return info.dli_fbase;
+}
+
+enum { MSG = 64, DEPTH = 8 };
+
+struct side {
+  struct ibv_qp *qp;
+  struct ibv_cq *cq;
+  struct ibv_mr *mr;
+  char *buf;
+};
+
+typedef int (*post_send_fn)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+typedef int (*post_recv_fn)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
+typedef int (*poll_cq_fn)(struct ibv_cq *, int, struct ibv_wc *);
+typedef int (*notify_fn)(struct ibv_cq *, int);
+
+static post_send_fn x_post_send;
+static post_recv_fn x_post_recv;
+static poll_cq_fn x_poll_cq;
+static notify_fn x_notify;
+
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int exported) {
+  for (int i = 0; i < 2000000; i++) {
+    int n = exported ? x_poll_cq(cq, 1, wc) : ibv_poll_cq(cq, 1, wc);
+    if (n != 0)
+      return n;
+  }
+  return 0;
+}
+
+/* One SEND of `tag` from a to b, posted and polled either inline (through the objects' own ops,
+ * as the headers compile it) or through the library's exported symbols (as FFI callers do). */
+static void exchange(struct side *a, struct side *b, int tag, int exported) {
+  struct ibv_sge rs = {.addr = (uintptr_t)b->buf, .length = MSG, .lkey = b->mr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 100 + tag, .sg_list = &rs, .num_sge = 1}, *bad_r;
+  memset(b->buf, 0, MSG);
+  int r = exported ? x_post_recv(b->qp, &rwr, &bad_r) : ibv_post_recv(b->qp, &rwr, &bad_r);
+  CHECK(r == 0, "post_recv (exported %d): %d", exported, r);
+  memset(a->buf, 'a' + tag, MSG);
+  struct ibv_sge ss = {.addr = (uintptr_t)a->buf, .length = MSG, .lkey = a->mr->lkey};
+  struct ibv_send_wr swr = {.wr_id = 200 + tag, .sg_list = &ss, .num_sge = 1,
+                            .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+                     *bad_s;
+  r = exported ? x_post_send(a->qp, &swr, &bad_s) : ibv_post_send(a->qp, &swr, &bad_s);
+  CHECK(r == 0, "post_send (exported %d): %d", exported, r);
+  struct ibv_wc wc;
+  CHECK(poll_one(a->cq, &wc, exported) == 1, "send completion (exported %d)", exported);
+  CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 200u + tag, "send wc: status %d wr_id %lu",
+        wc.status, (unsigned long)wc.wr_id);
+  CHECK(poll_one(b->cq, &wc, exported) == 1, "recv completion (exported %d)", exported);
+  CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 100u + tag && wc.byte_len == MSG,
+        "recv wc: status %d wr_id %lu len %u", wc.status, (unsigned long)wc.wr_id, wc.byte_len);
+  for (int i = 0; i < MSG; i++)
+    if (b->buf[i] != 'a' + tag) {
+      CHECK(0, "byte %d is %d, not %d", i, b->buf[i], 'a' + tag);
+      break;
+    }
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  if (argc != 3 || (strcmp(argv[2], "native") && strcmp(argv[2], "soft"))) {
+    fprintf(stderr, "usage: native_forward STAND_IN native|soft\n");
+    return 2;
+  }
+  int native = !strcmp(argv[2], "native");
+  char stand_in[PATH_MAX];
+  CHECK(realpath(argv[1], stand_in), "%s", argv[1]);
+  x_post_send = (post_send_fn)dlsym(RTLD_DEFAULT, "ibv_post_send");
+  x_post_recv = (post_recv_fn)dlsym(RTLD_DEFAULT, "ibv_post_recv");
+  x_poll_cq = (poll_cq_fn)dlsym(RTLD_DEFAULT, "ibv_poll_cq");
+  x_notify = (notify_fn)dlsym(RTLD_DEFAULT, "ibv_req_notify_cq");
+  CHECK(x_post_send && x_post_recv && x_poll_cq && x_notify,
+          "the formerly inline calls are exported (run under rdmashim)");
+
+  int n = -1;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  CHECK(list && n == 1, "one device (got %d)", n);
+  CHECK(!strcmp(ibv_get_device_name(list[0]), "soft0"), "device name %s",
+        ibv_get_device_name(list[0]));
+  ctx = ibv_open_device(list[0]);
+  CHECK(ctx, "ibv_open_device");
+
+  /* Whose objects: the ops of the context against the library the program's calls bound to. */
+  char front[PATH_MAX] = "", ops_lib[PATH_MAX] = "";
+  void *front_base = base_of((void *)x_post_send, front, sizeof front);
+  void *ops_base = base_of((void *)ctx->ops.post_send, ops_lib, sizeof ops_lib);
+  printf("calls bound to %s (%p); the context's ops are in %s (%p)\n", front, front_base, ops_lib,
+         ops_base);
+  if (native) {
+    CHECK(ops_base && ops_base != front_base, "the ops must be the stand-in's, not the front's");
+    CHECK(!strcmp(ops_lib, stand_in), "the ops lie in %s, not in the stand-in %s", ops_lib,
+          stand_in);
+  } else {
+    CHECK(ops_base == front_base, "auto without devices: the soft provider of the front serves");
+  }
+
+  struct ibv_device_attr_ex dx;
+  CHECK(!ibv_query_device_ex(ctx, NULL, &dx) && dx.orig_attr.max_qp > 0,
+        "ibv_query_device_ex (inline, through the context's verbs_context)");
+  union ibv_gid gid;
+  CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "ibv_query_gid");
+  CHECK(fcntl(ctx->async_fd, F_GETFD) >= 0, "async_fd is a descriptor");
+
+  pd = ibv_alloc_pd(ctx);
+  CHECK(pd, "ibv_alloc_pd");
+  struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+  CHECK(ch && fcntl(ch->fd, F_GETFD) >= 0, "completion channel with a real fd");
+  struct side s[2];
+  for (int i = 0; i < 2; i++) {
+    s[i].buf = calloc(1, MSG);
+    s[i].mr = ibv_reg_mr(pd, s[i].buf, MSG, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(s[i].mr, "ibv_reg_mr");
+    s[i].cq = ibv_create_cq(ctx, DEPTH, NULL, i ? ch : NULL, 0);
+    CHECK(s[i].cq, "ibv_create_cq");
+    struct ibv_qp_init_attr qa = {.send_cq = s[i].cq, .recv_cq = s[i].cq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH,
+                                          .max_send_sge = 1, .max_recv_sge = 1}};
+    s[i].qp = ibv_create_qp(pd, &qa);
+    CHECK(s[i].qp, "ibv_create_qp");
+  }
+  to_rts(s[0].qp, s[1].qp->qp_num, IBV_ACCESS_REMOTE_WRITE, 7, 7, 14, 12);
+  to_rts(s[1].qp, s[0].qp->qp_num, IBV_ACCESS_REMOTE_WRITE, 7, 7, 14, 12);
+
+  exchange(&s[0], &s[1], 0, 0); /* inline, as compiled */
+  exchange(&s[0], &s[1], 1, 1); /* the exported symbols */
+
+  /* A completion event: armed, waited for with poll() on the channel fd, taken and acked. */
+  CHECK(!x_notify(s[1].cq, 0), "ibv_req_notify_cq (exported)");
+  struct ibv_sge rs = {.addr = (uintptr_t)s[1].buf, .length = MSG, .lkey = s[1].mr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *bad_r;
+  CHECK(!ibv_post_recv(s[1].qp, &rwr, &bad_r), "post_recv");
+  struct ibv_sge ss = {.addr = (uintptr_t)s[0].buf, .length = MSG, .lkey = s[0].mr->lkey};
+  struct ibv_send_wr swr = {.wr_id = 8, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+                            .send_flags = IBV_SEND_SIGNALED},
+                     *bad_s;
+  CHECK(!ibv_post_send(s[0].qp, &swr, &bad_s), "post_send");
+  struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+  CHECK(poll(&pfd, 1, 10000) == 1, "the channel fd becomes readable");
+  struct ibv_cq *ev_cq;
+  void *ev_ctx;
+  CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx) && ev_cq == s[1].cq, "ibv_get_cq_event");
+  ibv_ack_cq_events(s[1].cq, 1);
+  struct ibv_wc wc;
+  CHECK(poll_one(s[1].cq, &wc, 0) == 1 && wc.wr_id == 7, "the evented completion");
+  CHECK(poll_one(s[0].cq, &wc, 0) == 1 && wc.wr_id == 8, "its send completion");
+
+  /* The extended CQ: created and polled through the inline extended API. */
+  struct ibv_cq_init_attr_ex cx = {.cqe = DEPTH, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN};
+  struct ibv_cq_ex *xcq = ibv_create_cq_ex(ctx, &cx);
+  CHECK(xcq != NULL, "ibv_create_cq_ex");
+  if (xcq) {
+    struct ibv_poll_cq_attr pa = {0};
+    CHECK(ibv_start_poll(xcq, &pa) == ENOENT, "an empty extended CQ gives ENOENT");
+    CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(xcq)), "destroy the extended CQ");
+  }
+
+  /* The CM: an id on a real event channel fd, bound to loopback. */
+  struct rdma_event_channel *ec = rdma_create_event_channel();
+  CHECK(ec && fcntl(ec->fd, F_GETFD) >= 0, "rdma_create_event_channel with a real fd");
+  struct rdma_cm_id *id;
+  CHECK(!rdma_create_id(ec, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+  CHECK(!rdma_bind_addr(id, (struct sockaddr *)&sin), "rdma_bind_addr");
+  CHECK(id->verbs != NULL, "the bound id has its device's context");
+  CHECK(!rdma_destroy_id(id), "rdma_destroy_id");
+  rdma_destroy_event_channel(ec);
+
+  for (int i = 0; i < 2; i++) {
+    CHECK(!ibv_destroy_qp(s[i].qp), "ibv_destroy_qp");
+    CHECK(!ibv_destroy_cq(s[i].cq), "ibv_destroy_cq");
+    CHECK(!ibv_dereg_mr(s[i].mr), "ibv_dereg_mr");
+    free(s[i].buf);
+  }
+  CHECK(!ibv_destroy_comp_channel(ch), "ibv_destroy_comp_channel");
+  CHECK(!ibv_dealloc_pd(pd), "ibv_dealloc_pd");
+  CHECK(!ibv_close_device(ctx), "ibv_close_device");
+  ibv_free_device_list(list);
+  printf("ok\n");
+  return 0;
+}

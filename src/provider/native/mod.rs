@@ -1,0 +1,284 @@
+//! Passthrough: the system's rdma-core (libibverbs and librdmacm), loaded privately with
+//! `dlmopen(LM_ID_NEWLM)`, so that its own calls between its libraries and into its provider
+//! plugins stay inside its namespace and never land back in our exports.
+//!
+//! The choice is made once per process, at the first call that needs it ([`on`]):
+//! * `RDMASHIM_PROVIDER=soft`: the embedded provider.
+//! * `native`: every call goes to the loaded library; when it cannot be loaded there are no
+//!   devices (one line on stderr), never a silent fallback to the soft device.
+//! * `auto`, unset or empty: native when the library lists at least one device, the soft
+//!   provider otherwise. Without `RDMASHIM_NATIVE_LIBDIR` the library is loaded only when sysfs
+//!   shows a uverbs device other than our own (the device view of `rdmashim run` describes
+//!   `soft0`, which is not hardware), so a machine without RDMA hardware pays nothing.
+//!
+//! `RDMASHIM_NATIVE_LIBDIR=DIR` loads `DIR/libibverbs.so.1` and `DIR/librdmacm.so.1` instead of
+//! the system's (the tests point it at our own drop-in libraries, standing in for hardware).
+//! rdmashim loaded outside the base namespace is such a stand-in, or someone's native library:
+//! it always runs the soft provider itself and never forwards (or traces) again.
+//!
+//! The C boundary forwards each export by name ([`Symbol`]); objects are the native library's
+//! own, so the data path that programs inline (`qp->context->ops.post_send`) reaches its ops
+//! with no hop through us.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::io::Write;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+/// What this process runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The embedded provider.
+    Soft,
+    /// Every call forwarded to the loaded rdma-core.
+    Native,
+    /// No provider: an empty device list (a bad `RDMASHIM_PROVIDER`, or `native` unloadable).
+    Nothing,
+}
+
+const UNDECIDED: u8 = 0;
+const SOFT: u8 = 1;
+const NATIVE: u8 = 2;
+const NOTHING: u8 = 3;
+
+static MODE: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+/// Whether calls are forwarded: one relaxed load once the choice is made.
+#[inline(always)]
+pub fn on() -> bool {
+    match MODE.load(Ordering::Relaxed) {
+        NATIVE => true,
+        UNDECIDED => mode() == Mode::Native,
+        _ => false,
+    }
+}
+
+/// The process's choice, made on the first call.
+pub fn mode() -> Mode {
+    static CHOICE: OnceLock<Mode> = OnceLock::new();
+    let m = *CHOICE.get_or_init(decide);
+    MODE.store(
+        match m {
+            Mode::Soft => SOFT,
+            Mode::Native => NATIVE,
+            Mode::Nothing => NOTHING,
+        },
+        Ordering::Relaxed,
+    );
+    m
+}
+
+/// Whether this copy of rdmashim was loaded outside the base namespace (a stand-in for the
+/// native library, or `dlmopen`ed by someone): it then serves calls itself.
+pub fn inside_another_namespace() -> bool {
+    static INSIDE: OnceLock<bool> = OnceLock::new();
+    *INSIDE.get_or_init(|| {
+        // SAFETY: Dl_info is plain data; dladdr fills it for an address of ours.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        let me = inside_another_namespace as *const c_void;
+        // SAFETY: `me` is an address in this object; `info` is a valid out-pointer.
+        if unsafe { libc::dladdr(me, &mut info) } == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        // dlopen from our code looks in our own namespace; NOLOAD only finds what is there.
+        // SAFETY: dli_fname is the NUL-terminated path of this object.
+        let h = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if h.is_null() {
+            return false;
+        }
+        let mut lmid: libc::Lmid_t = libc::LM_ID_BASE;
+        // SAFETY: a valid handle; RTLD_DI_LMID writes one Lmid_t.
+        let r =
+            unsafe { libc::dlinfo(h, libc::RTLD_DI_LMID, (&mut lmid as *mut libc::Lmid_t).cast()) };
+        // SAFETY: the handle from dlopen above, closed once (the object stays: it is us).
+        unsafe { libc::dlclose(h) };
+        r == 0 && lmid != libc::LM_ID_BASE
+    })
+}
+
+fn say(what: &str) {
+    // A closed stderr is no reason to fail: the empty device list says it too.
+    let _ = writeln!(std::io::stderr(), "rdmashim: {what}");
+}
+
+fn decide() -> Mode {
+    if inside_another_namespace() {
+        return Mode::Soft;
+    }
+    let v = std::env::var_os("RDMASHIM_PROVIDER");
+    match v.as_deref().map(|s| s.to_str()) {
+        None | Some(Some("" | "auto")) => auto(),
+        Some(Some("soft")) => Mode::Soft,
+        Some(Some("native")) => match library() {
+            Ok(_) => Mode::Native,
+            Err(why) => {
+                say(&format!("RDMASHIM_PROVIDER=native: {why}: no RDMA devices"));
+                Mode::Nothing
+            }
+        },
+        _ => {
+            let shown = v.as_deref().map(|s| s.to_string_lossy()).unwrap_or_default();
+            say(&format!(
+                "RDMASHIM_PROVIDER={shown} is not a known provider (auto, soft, native): no RDMA devices"
+            ));
+            Mode::Nothing
+        }
+    }
+}
+
+fn auto() -> Mode {
+    if std::env::var_os("RDMASHIM_NATIVE_LIBDIR").is_none() && !hardware_in_sysfs() {
+        return Mode::Soft;
+    }
+    match library() {
+        Ok(lib) if lib.device_count() > 0 => Mode::Native,
+        _ => Mode::Soft,
+    }
+}
+
+/// A uverbs device in sysfs that is not ours (`ibdev` other than the soft device's name).
+fn hardware_in_sysfs() -> bool {
+    let Ok(dir) = std::fs::read_dir("/sys/class/infiniband_verbs") else { return false };
+    dir.flatten().any(|e| {
+        e.file_name().to_string_lossy().starts_with("uverbs")
+            && std::fs::read_to_string(e.path().join("ibdev"))
+                .is_ok_and(|d| d.trim() != super::SOFT_DEVICE_NAME)
+    })
+}
+
+/// The loaded rdma-core: its two libraries' handles in their own namespace.
+pub struct Library {
+    verbs: usize,
+    cm: usize,
+}
+
+impl Library {
+    /// The native function `name` (NUL-terminated), from librdmacm or libibverbs.
+    fn find(&self, name: &CStr) -> *mut c_void {
+        for h in [self.cm, self.verbs] {
+            if h != 0 {
+                // SAFETY: a live handle from dlmopen (never closed); name is NUL-terminated.
+                let p = unsafe { libc::dlsym(h as *mut c_void, name.as_ptr()) };
+                if !p.is_null() {
+                    return p;
+                }
+            }
+        }
+        std::ptr::null_mut()
+    }
+
+    /// How many devices the library lists.
+    fn device_count(&self) -> c_int {
+        type List = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
+        type Free = unsafe extern "C" fn(*mut *mut c_void);
+        let (l, f) = (self.find(c"ibv_get_device_list"), self.find(c"ibv_free_device_list"));
+        if l.is_null() || f.is_null() {
+            return 0;
+        }
+        // SAFETY: rdma-core's functions of these names have these signatures.
+        let (list, free) = unsafe {
+            (
+                std::mem::transmute::<*mut c_void, List>(l),
+                std::mem::transmute::<*mut c_void, Free>(f),
+            )
+        };
+        let mut n: c_int = 0;
+        // SAFETY: a valid out-pointer; the list is freed by its own library.
+        unsafe {
+            let p = list(&mut n);
+            if p.is_null() {
+                return 0;
+            }
+            free(p);
+        }
+        n
+    }
+}
+
+/// Where the system's libraries are: the multiarch directory first, as Debian installs them.
+fn system_dirs() -> Vec<String> {
+    let multiarch = format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH);
+    vec![multiarch, "/usr/lib64".into(), "/usr/lib".into()]
+}
+
+fn load(path: &str, lmid: libc::Lmid_t) -> Result<usize, String> {
+    let c = CString::new(path).map_err(|_| format!("{path}: bad path"))?;
+    // SAFETY: a NUL-terminated path; RTLD_LOCAL keeps its symbols out of any global scope.
+    let h = unsafe { libc::dlmopen(lmid, c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        // SAFETY: dlerror returns NULL or a NUL-terminated message.
+        let e = unsafe { libc::dlerror() };
+        let why = if e.is_null() {
+            "cannot be loaded".into()
+        } else {
+            // SAFETY: non-NULL, NUL-terminated (checked above).
+            unsafe { CStr::from_ptr(e as *const c_char) }.to_string_lossy().into_owned()
+        };
+        return Err(why);
+    }
+    Ok(h as usize)
+}
+
+/// Loads rdma-core once: libibverbs in a new namespace, librdmacm beside it (optional: a
+/// machine may have verbs only).
+pub fn library() -> Result<&'static Library, String> {
+    static LIB: OnceLock<Result<Library, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dirs = match std::env::var("RDMASHIM_NATIVE_LIBDIR") {
+            Ok(d) => vec![d],
+            Err(_) => system_dirs(),
+        };
+        let dir = dirs
+            .iter()
+            .find(|d| std::path::Path::new(&format!("{d}/libibverbs.so.1")).exists())
+            .ok_or_else(|| format!("no libibverbs.so.1 in {}", dirs.join(", ")))?;
+        let verbs = load(&format!("{dir}/libibverbs.so.1"), libc::LM_ID_NEWLM)?;
+        let mut lmid: libc::Lmid_t = 0;
+        // SAFETY: a live handle; RTLD_DI_LMID writes one Lmid_t.
+        let r = unsafe {
+            libc::dlinfo(
+                verbs as *mut c_void,
+                libc::RTLD_DI_LMID,
+                (&mut lmid as *mut libc::Lmid_t).cast(),
+            )
+        };
+        let cm_path = format!("{dir}/librdmacm.so.1");
+        let cm = if r == 0 && std::path::Path::new(&cm_path).exists() {
+            load(&cm_path, lmid).unwrap_or(0)
+        } else {
+            0
+        };
+        Ok(Library { verbs, cm })
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// One export's native counterpart, looked up on first use: a `static` per exported function.
+pub struct Symbol {
+    name: &'static CStr,
+    /// The function; [`MISSING`] once looked up and absent.
+    addr: AtomicPtr<c_void>,
+}
+
+/// A looked-up name the native library does not have (rdma-core's `static inline` functions).
+const MISSING: *mut c_void = 1 as *mut c_void;
+
+impl Symbol {
+    pub const fn new(name: &'static CStr) -> Symbol {
+        Symbol { name, addr: AtomicPtr::new(std::ptr::null_mut()) }
+    }
+
+    /// The native function, if the library has one of this name.
+    pub fn get(&self) -> Option<*mut c_void> {
+        let mut p = self.addr.load(Ordering::Acquire);
+        if p.is_null() {
+            p = library().map_or(std::ptr::null_mut(), |l| l.find(self.name));
+            if p.is_null() {
+                p = MISSING;
+            }
+            self.addr.store(p, Ordering::Release);
+        }
+        (p != MISSING).then_some(p)
+    }
+}

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Passthrough to the system's rdma-core (issue 12, deliverable 5), with no RDMA hardware here:
+RDMASHIM_NATIVE_LIBDIR points rdmashim's native provider at <build>/dropin, a second copy of our
+own libibverbs.so.1 and librdmacm.so.1, which stands in for the system libraries. rdmashim loads
+it with dlmopen (its own namespace), so every call the program makes is forwarded to the copy,
+which runs the soft provider itself.
+
+In preload mode (LD_PRELOAD=<build>/librdmashim.so) and drop-in mode
+(LD_LIBRARY_PATH=<build>/dropin):
+
+1. c-tests/native_forward.c with RDMASHIM_PROVIDER=native: the objects are the stand-in's (the
+   ops the program's inlined calls jump through lie in the stand-in's mapping, not in the
+   library the program's calls bound to: no hop on the data path), and data moves through the
+   inlined calls, the exported formerly inline symbols, completion events on the channel fd,
+   the extended API and an rdma_cm id;
+2. Debian's unmodified ibv_devinfo lists soft0, and the pairs rdma_server/rdma_client, rping
+   (-V, 10 pings) and ibv_rc_pingpong -e pass with RDMASHIM_PROVIDER=native;
+3. RDMASHIM_PROVIDER=auto (and unset) with the stand-in, which lists a device, forwards
+   (native_forward native); with RDMASHIM_NATIVE_LIBDIR at the system's libibverbs, which lists
+   no device on this machine, the soft provider serves the program itself (native_forward
+   soft);
+4. (preload) RDMASHIM_TRACE traces each forwarded call once: the stand-in does not trace again;
+5. RDMASHIM_PROVIDER=native with a directory that has no libibverbs.so.1: no devices and one
+   line on stderr that says why, never a silent fallback to the soft device.
+
+Usage: passthrough.py --build-dir BUILD --program NATIVE_FORWARD
+"""
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+failures = []
+# What a client says when its server does not listen yet.
+NOT_READY = re.compile(r"REJECTED|Couldn't connect|rdma_connect|refused|unreachable", re.I)
+
+
+def fail(what):
+    failures.append(what)
+    print(f"FAIL {what}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mode_env(mode, build, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", "LD_LIBRARY_PATH", "RDMASHIM_PROVIDER", "RDMASHIM_TRACE",
+                        "RDMASHIM_NATIVE_LIBDIR")}
+    if mode == "preload":
+        env["LD_PRELOAD"] = os.path.join(build, "librdmashim.so")
+    else:
+        env["LD_LIBRARY_PATH"] = os.path.join(build, "dropin")
+    env.update({k: v for k, v in extra.items() if v is not None})
+    return env
+
+
+def run(name, cmd, env, timeout=60):
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def pair(name, server, client, env, expect_out=None):
+    """Runs a server and a client; both must exit 0 (and the client print expect_out)."""
+    srv = subprocess.Popen(server, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    out = ""
+    try:
+        for _ in range(40):           # the client tries again until the server listens
+            rc, out, err = run(name, client, env)
+            out += err
+            if rc == 0 or not NOT_READY.search(out):
+                break
+            time.sleep(0.25)
+        srv_out, _ = srv.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv_out, _ = srv.communicate()
+        fail(f"{name}: timed out")
+        return
+    if rc != 0 or srv.returncode != 0:
+        fail(f"{name}: client exit {rc}, server exit {srv.returncode}\n--- client\n{out}"
+             f"--- server\n{srv_out}")
+    elif expect_out and expect_out not in out:
+        fail(f"{name}: the client did not print {expect_out!r}:\n{out}")
+    else:
+        print(f"ok   {name}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--program", required=True, help="the built c-tests/native_forward")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build_dir)
+    prog = os.path.abspath(args.program)
+    stand_in = os.path.join(build, "dropin")
+    stand_in_verbs = os.path.join(stand_in, "libibverbs.so.1")
+    native = {"RDMASHIM_PROVIDER": "native", "RDMASHIM_NATIVE_LIBDIR": stand_in}
+    system_dir = f"/usr/lib/{os.uname().machine}-linux-gnu"
+
+    for mode in ("preload", "dropin"):
+        # 1. the objects, the data path, events, the extended API, the CM
+        cases = [("native", native, "native"),
+                 ("auto", {"RDMASHIM_PROVIDER": "auto", "RDMASHIM_NATIVE_LIBDIR": stand_in},
+                  "native"),
+                 ("unset", {"RDMASHIM_NATIVE_LIBDIR": stand_in}, "native")]
+        if os.path.exists(os.path.join(system_dir, "libibverbs.so.1")):
+            cases.append(("auto, no device in the native library",
+                          {"RDMASHIM_PROVIDER": "auto", "RDMASHIM_NATIVE_LIBDIR": system_dir},
+                          "soft"))
+        for label, extra, want in cases:
+            rc, out, err = run(label, [prog, stand_in_verbs, want], mode_env(mode, build, **extra))
+            if rc != 0:
+                fail(f"{mode}: native_forward, RDMASHIM_PROVIDER {label}: exit {rc}\n{out}{err}")
+            else:
+                print(f"ok   {mode}: native_forward, RDMASHIM_PROVIDER {label} ({want})", flush=True)
+
+        # 2. unmodified programs
+        env = mode_env(mode, build, **native)
+        rc, out, err = run("ibv_devinfo", ["ibv_devinfo"], env)
+        if rc != 0 or "hca_id:\tsoft0" not in out:
+            fail(f"{mode}: ibv_devinfo through the stand-in: exit {rc}\n{out}{err}")
+        else:
+            print(f"ok   {mode}: ibv_devinfo lists soft0 through the stand-in", flush=True)
+        port = str(free_port())
+        pair(f"{mode}: rdma_server/rdma_client", ["rdma_server", "-p", port],
+             ["rdma_client", "-s", "127.0.0.1", "-p", port], env, "rdma_client: end 0")
+        port = str(free_port())
+        pair(f"{mode}: rping -V -C 10",
+             ["rping", "-s", "-a", "127.0.0.1", "-p", port, "-v"],
+             ["rping", "-c", "-a", "127.0.0.1", "-p", port, "-C", "10", "-V", "-v"], env,
+             "ping data: rdma-ping-9")
+        port = str(free_port())
+        pair(f"{mode}: ibv_rc_pingpong -e", ["ibv_rc_pingpong", "-g", "0", "-e", "-n", "200",
+                                             "-p", port],
+             ["ibv_rc_pingpong", "-g", "0", "-e", "-n", "200", "-p", port, "127.0.0.1"], env,
+             "200 iters in")
+
+    # 4. one trace line per forwarded call
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace")
+        env = mode_env("preload", build, RDMASHIM_TRACE=trace, **native)
+        rc, out, err = run("trace", [prog, stand_in_verbs, "native"], env)
+        lines = open(trace).read().splitlines() if os.path.exists(trace) else []
+        opens = [ln for ln in lines if " ibv_open_device(" in ln]
+        pds = [ln for ln in lines if " ibv_alloc_pd(" in ln]
+        if rc != 0 or len(opens) != 1 or len(pds) != 1:
+            fail(f"trace: exit {rc}, {len(opens)} ibv_open_device and {len(pds)} ibv_alloc_pd "
+                 f"lines (want 1 each):\n" + "\n".join(lines[:20]))
+        else:
+            print(f"ok   trace: {len(lines)} lines, each forwarded call once", flush=True)
+
+    # 5. no native library: no devices, one line, no soft fallback
+    with tempfile.TemporaryDirectory() as empty:
+        for mode in ("preload", "dropin"):
+            env = mode_env(mode, build, RDMASHIM_PROVIDER="native", RDMASHIM_NATIVE_LIBDIR=empty)
+            rc, out, err = run("no library", ["ibv_devices"], env)
+            said = [ln for ln in err.splitlines() if "RDMASHIM_PROVIDER=native" in ln]
+            if "soft0" in out or len(said) != 1 or "libibverbs.so.1" not in said[0]:
+                fail(f"{mode}: native without a library: stdout {out!r}, stderr {err!r}")
+            else:
+                print(f"ok   {mode}: native without a library: no device; {said[0]}", flush=True)
+
+    print(f"\n{'FAIL' if failures else 'ok'}: {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if not shutil.which("rdma_server") or not shutil.which("ibv_rc_pingpong"):
+        print("SKIP: rdmacm-utils and ibverbs-utils are needed (scripts/deps installs them)")
+        sys.exit(77)
+    sys.exit(main())
