@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """RDMASHIM_PCAP of the same-host path (issue 12): unmodified program pairs on one host, both
 writing one capture, whose frames stand for the requests the rings (and the direct path)
-carried. Checks, for each pair:
+carried and the responses that completed them. Checks, for each pair:
   * tshark decodes every frame as InfiniBand RoCEv2, none malformed, and the opcodes are the
-    ones the program's requests stand for (and nothing else);
+    ones the program's requests and their responses stand for (and nothing else): ACKs for
+    RC SENDs and WRITEs, READ responses, atomic ACKs; none for UC and UD;
   * scapy's RoCE layer computes the ICRC every frame carries (and not a changed one);
-  * the PSNs towards each QP run on by one, packet after packet.
+  * the request PSNs towards each QP run on by one, packet after packet; each response names
+    a PSN its QP sent a request on, later than the last one answered, and its AETH's MSN counts
+    the messages answered, one by one.
 
   ring_capture.py --build-dir BUILD
 Exit 0 all pass, 1 a failure, 77 tshark, scapy or the programs missing.
@@ -32,47 +35,67 @@ RC, UC, UD = 0x00, 0x20, 0x60
 SEND_FIRST, SEND_LAST, SEND_ONLY = 0x00, 0x02, 0x04
 WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY = 0x06, 0x07, 0x08, 0x0a
 READ_REQUEST, CMP_SWAP, FETCH_ADD = 0x0c, 0x13, 0x14
+READ_RESPONSE_ONLY, ACK, ATOMIC_ACK = 0x10, 0x11, 0x12
+RESPONSES = {0x0d, 0x0e, 0x0f, READ_RESPONSE_ONLY, ACK, ATOMIC_ACK}
 
 # (name, server argv, client argv (host last), opcodes every frame must be among, opcodes that
 # must all occur)
 PAIRS = [
     ("ibv_rc_pingpong 5000 B", ["ibv_rc_pingpong", "-g", "0", "-n", "20", "-s", "5000"], None,
-     {SEND_FIRST, SEND_LAST}, {SEND_FIRST, SEND_LAST}),
+     {SEND_FIRST, SEND_LAST, ACK}, {SEND_FIRST, SEND_LAST, ACK}),
     ("ibv_uc_pingpong 64 B", ["ibv_uc_pingpong", "-g", "0", "-n", "20", "-s", "64"], None,
      {UC | SEND_ONLY}, {UC | SEND_ONLY}),
     ("ibv_ud_pingpong 64 B", ["ibv_ud_pingpong", "-g", "0", "-n", "20", "-s", "64"], None,
      {UD | SEND_ONLY}, {UD | SEND_ONLY}),
     ("ib_write_bw 10000 B", ["ib_write_bw", "-n", "20", "-s", "10000"], None,
-     {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST}, {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST}),
+     {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK}, {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK}),
     ("ib_write_lat 64 B", ["ib_write_lat", "-n", "20", "-s", "64"], None,
-     {WRITE_ONLY}, {WRITE_ONLY}),
+     {WRITE_ONLY, ACK}, {WRITE_ONLY, ACK}),
     ("ib_read_lat 64 B", ["ib_read_lat", "-n", "20", "-s", "64"], None,
-     {READ_REQUEST}, {READ_REQUEST}),
+     {READ_REQUEST, READ_RESPONSE_ONLY}, {READ_REQUEST, READ_RESPONSE_ONLY}),
     ("ib_atomic_lat (fetch and add)", ["ib_atomic_lat", "-n", "20", "-A", "FETCH_AND_ADD"], None,
-     {FETCH_ADD}, {FETCH_ADD}),
+     {FETCH_ADD, ATOMIC_ACK}, {FETCH_ADD, ATOMIC_ACK}),
     ("ib_atomic_lat (compare and swap)", ["ib_atomic_lat", "-n", "20", "-A", "CMP_AND_SWAP"],
-     None, {CMP_SWAP}, {CMP_SWAP}),
+     None, {CMP_SWAP, ATOMIC_ACK}, {CMP_SWAP, ATOMIC_ACK}),
 ]
 
 
 def psn_problems(pcap):
-    """PSNs towards each connected destination QP must run on by one (UD has no sequence)."""
+    """Requests towards each connected destination QP run on by one (UD has no sequence);
+    responses towards a QP name PSNs of requests already sent, in order, with the AETH's MSN
+    counting the messages answered."""
     out = subprocess.run(["tshark", "-n", "-r", pcap, "-T", "fields", "-E", "separator=\t",
                           "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn",
-                          "-e", "infiniband.bth.opcode"],
+                          "-e", "infiniband.bth.opcode", "-e", "infiniband.aeth.msn"],
                          capture_output=True, text=True, timeout=60)
-    last, problems = {}, []
+    last, sent, answered, msn, problems = {}, set(), {}, {}, []
     for i, line in enumerate(out.stdout.splitlines(), 1):
-        qp, psn, opcode = (line.split("\t") + ["", ""])[:3]
+        qp, psn, opcode, m = (line.split("\t") + ["", "", ""])[:4]
         if not qp or not psn or not opcode:
             problems.append(f"frame {i}: no BTH destination QP, PSN or opcode")
             continue
-        if int(opcode, 0) & 0xe0 == UD:
+        opcode = int(opcode, 0)
+        if opcode & 0xe0 == UD:
             continue
         psn = int(psn, 0)
-        if qp in last and psn != (last[qp] + 1) & 0xffffff:
-            problems.append(f"frame {i}: PSN {psn} towards QP {qp} after {last[qp]}")
-        last[qp] = psn
+        if opcode not in RESPONSES:
+            if qp in last and psn != (last[qp] + 1) & 0xffffff:
+                problems.append(f"frame {i}: PSN {psn} towards QP {qp} after {last[qp]}")
+            last[qp] = psn
+            sent.add(psn)
+            continue
+        if psn not in sent:
+            problems.append(f"frame {i}: a response on PSN {psn}, which no request had")
+        if qp in answered and psn <= answered[qp]:
+            problems.append(f"frame {i}: a response on PSN {psn} towards QP {qp} after {answered[qp]}")
+        answered[qp] = psn
+        if not m:
+            problems.append(f"frame {i}: a response without an AETH")
+            continue
+        m = int(m, 0)
+        if m != msn.get(qp, 0) + 1:
+            problems.append(f"frame {i}: MSN {m} towards QP {qp} after {msn.get(qp, 0)}")
+        msn[qp] = m
     return problems
 
 

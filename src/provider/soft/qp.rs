@@ -57,6 +57,8 @@ pub struct Inner {
     /// A capture of the ring path (`ring_capture`): the `sq_psn` its count started from, and
     /// the PSN of the next request packet.
     pub(super) capture_psn: Option<(u32, u32)>,
+    /// The responder's message count that the captured responses carry (their AETH MSN).
+    pub(super) capture_msn: u32,
 }
 
 pub struct SoftQp {
@@ -140,6 +142,7 @@ impl SoftQp {
                 ud_backlog: Default::default(),
                 xrc_cur: None,
                 capture_psn: None,
+                capture_msn: 0,
             }),
             me: me.clone(),
         });

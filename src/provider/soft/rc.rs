@@ -20,6 +20,7 @@ use crate::runtime::engine::engine;
 use crate::sys::*;
 use std::time::{Duration, Instant};
 
+use ibv_wc_opcode::*;
 use ibv_wc_status::*;
 use ibv_wr_opcode::*;
 
@@ -42,6 +43,8 @@ pub struct Inflight {
     /// Where READ and atomic results go.
     pub local: Option<Sgl>,
     pub resp_off: u64,
+    /// Written to a capture (`ring_capture`): the PSNs its response is on.
+    pub captured: Option<(u32, u32)>,
 }
 
 /// A request message being received across several segments, with what was validated at its
@@ -202,11 +205,11 @@ impl SoftQp {
             }
             let w = st.sq.pop_front().expect("front exists");
             st.pushed = 0;
-            if super::ring_capture::on() {
-                self.capture(st, &w, data_len);
-            }
+            let captured =
+                if super::ring_capture::on() { self.capture(st, &w, data_len) } else { None };
             let end = ring.head();
             let mut f = self.inflight(w, end.wrapping_sub(message_slots(data_len as u32)), end);
+            f.captured = captured;
             f.done = self.uc; // UC: complete once sent, acknowledged by nobody
             st.inflight.push_back(f);
         }
@@ -215,7 +218,7 @@ impl SoftQp {
 
     /// Writes request `w` (its first `data_len` bytes of payload) to the capture as the packets
     /// it stands for (`ring_capture`). Its local entries were checked.
-    fn capture(&self, st: &mut Inner, w: &SendWqe, data_len: u64) {
+    fn capture(&self, st: &mut Inner, w: &SendWqe, data_len: u64) -> Option<(u32, u32)> {
         let mut data = vec![0u8; data_len as usize];
         // SAFETY: `data` holds data_len bytes; the request's payload regions were checked by
         // push_sends, and data_len is at most its length.
@@ -228,8 +231,48 @@ impl SoftQp {
         if base != a.sq_psn {
             psn = a.sq_psn;
         }
-        super::ring_capture::request(t, &sgid, &dgid, dest, &mut psn, w, &data);
+        let psns = super::ring_capture::request(t, &sgid, &dgid, dest, &mut psn, w, &data);
         st.capture_psn = Some((a.sq_psn, psn));
+        psns
+    }
+
+    /// Writes the response that completing `f` stands for (`ring_capture::response`): the
+    /// requester saw it happen, so it writes it. `error` is the completion's status.
+    fn capture_response(&self, st: &mut Inner, f: &Inflight, error: Option<u32>) {
+        use super::ring_capture::Response;
+        use super::roce::headers::NakCode;
+        let Some(psns) = f.captured else { return };
+        if self.uc {
+            return; // nobody answers UC
+        }
+        let mut value = [0u8; 8];
+        let mut data = Vec::new();
+        let r = match error {
+            Some(IBV_WC_REM_ACCESS_ERR) => Response::Nak(NakCode::RemoteAccessError),
+            Some(IBV_WC_REM_INV_REQ_ERR) => Response::Nak(NakCode::InvalidRequest),
+            Some(IBV_WC_REM_OP_ERR) => Response::Nak(NakCode::RemoteOperationalError),
+            Some(_) => return, // a local error, a flush or retries run out: no response
+            None => match (f.wc_opcode, &f.local) {
+                (IBV_WC_RDMA_READ, Some(sgl)) => {
+                    data.resize(f.len as usize, 0);
+                    // SAFETY: the READ's local entries were checked for local write when it was
+                    // posted, and its response has just been copied into them.
+                    unsafe { gather(sgl, &mut data) };
+                    Response::Read(&data)
+                }
+                (IBV_WC_COMP_SWAP | IBV_WC_FETCH_ADD, Some(sgl)) => {
+                    // SAFETY: as for READ: the original value was written there.
+                    unsafe { gather(sgl, &mut value) };
+                    Response::Atomic(u64::from_ne_bytes(value))
+                }
+                _ => Response::Ack,
+            },
+        };
+        if error.is_none() {
+            st.capture_msn = (st.capture_msn + 1) & 0x00ff_ffff;
+        }
+        let a = &st.attr;
+        super::ring_capture::response(&a.sgid, &a.dgid, self.qpn, psns, st.capture_msn, r);
     }
 
     /// Executes the front request on the peer's memory itself, if the peer granted the region
@@ -258,10 +301,10 @@ impl SoftQp {
             return false;
         }
         let w = st.sq.pop_front().expect("front exists");
-        if super::ring_capture::on() {
-            self.capture(st, &w, data_len);
-        }
+        let captured =
+            if super::ring_capture::on() { self.capture(st, &w, data_len) } else { None };
         let mut f = self.inflight(w, 0, 0);
+        f.captured = captured;
         f.done = true; // executed: complete at once (nothing earlier is outstanding)
         st.inflight.push_back(f);
         self.reap(st, 0);
@@ -288,6 +331,7 @@ impl SoftQp {
                 _ => None,
             },
             resp_off: 0,
+            captured: None,
         }
     }
 
@@ -390,9 +434,9 @@ impl SoftQp {
         let mut did = false;
         while let Some(f) = st.inflight.front() {
             if let Some(status) = f.error {
-                let (wr_id, op, seq) = (f.wr_id, f.wc_opcode, f.seq);
-                st.inflight.pop_front();
-                self.error_completion(st, wr_id, seq, status, op);
+                let f = st.inflight.pop_front().expect("front exists");
+                self.capture_response(st, &f, Some(status));
+                self.error_completion(st, f.wr_id, f.seq, status, f.wc_opcode);
                 return true;
             }
             let complete = f.done || (!f.awaits_response && f.end_seq <= tail);
@@ -400,6 +444,7 @@ impl SoftQp {
                 break;
             }
             let f = st.inflight.pop_front().expect("front exists");
+            self.capture_response(st, &f, None);
             did = true;
             if f.signaled {
                 self.send_cq.push(Completion {
@@ -612,6 +657,18 @@ pub(super) unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
     walk(sgl, off, n, |addr, at, len| {
         // SAFETY: per the function's contract.
         unsafe { std::ptr::copy_nonoverlapping(src.add(at), addr as *mut u8, len) }
+    })
+}
+
+/// Copies the first `out.len()` bytes a scatter list describes into `out`.
+///
+/// # Safety
+/// The SGEs lie within registered regions (checked when posted).
+unsafe fn gather(sgl: &Sgl, out: &mut [u8]) {
+    let dst = out.as_mut_ptr();
+    walk(sgl, 0, out.len(), |addr, at, len| {
+        // SAFETY: the piece lies in a checked region; `out` has room for `at + len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), len) }
     })
 }
 

@@ -3,10 +3,14 @@
 //! RoCEv2 packets it stands for, from the QP's GID to the peer's, UDP port 4791 both ways: the
 //! opcodes of its transport for its position in the message, PSNs from the QP's `sq_psn` on,
 //! the RETH, AtomicETH, ImmDt and IETH its opcode calls for, the payload cut at 4096 bytes (the
-//! largest path MTU), and a correct ICRC. The sender writes the requests; the responses and
-//! ACKs that the rings stand for are not written (the rings have none to show). A UD datagram
-//! to a QP of this host (or to a group's members here) is written as its UD SEND.
+//! largest path MTU), and a correct ICRC. The requester writes both sides of its RC
+//! conversation: its requests as it starts them, and, as each completes, the response that
+//! completion stands for (an ACK, the READ response with the data now in the local buffer, the
+//! atomic ACK with the original value, or the NAK of a remote error), from the peer's GID to
+//! its own, on the request's PSNs, with the responder's MSN counted as it would count it. A UD
+//! datagram to a QP of this host (or to a group's members here) is written as its UD SEND.
 
+use super::roce::headers::{Aeth, AtomicAckEth, NakCode, Syndrome};
 use super::roce::opcode::{self, op, Extra, Position, Transport};
 use super::roce::{self, AtomicEth, Flow, Ieth, ImmDt, Packet, Reth, ROCE_UDP_PORT};
 use crate::provider::SendWqe;
@@ -27,8 +31,83 @@ fn addr(gid: &[u8; 16]) -> SocketAddr {
     SocketAddr::new(udp::unmapped(Ipv6Addr::from(*gid)), ROCE_UDP_PORT)
 }
 
+/// What completed a captured request, as the responder would have answered it.
+pub enum Response<'a> {
+    /// SEND, RDMA WRITE: an ACK of the request's last PSN.
+    Ack,
+    /// RDMA READ: the data read (now in the requester's buffer).
+    Read(&'a [u8]),
+    /// An atomic: the original value at the target.
+    Atomic(u64),
+    /// A remote error: the NAK on the request's first PSN.
+    Nak(NakCode),
+}
+
+/// Writes `r`, the response to a request of the QP `qpn` (GIDs `sgid`, ours, and `dgid`, the
+/// peer's) whose packets had PSNs `psns` (first, last); `msn` is the responder's message
+/// count after it.
+pub fn response(
+    sgid: &[u8; 16],
+    dgid: &[u8; 16],
+    qpn: u32,
+    psns: (u32, u32),
+    msn: u32,
+    r: Response<'_>,
+) {
+    let (src, dst) = (addr(dgid), addr(sgid));
+    if matches!(src.ip(), IpAddr::V4(_)) != matches!(dst.ip(), IpAddr::V4(_)) {
+        return;
+    }
+    let Some(flow) = Flow::new(src, dst) else { return };
+    let mut out = Out { flow, src, dst, buf: vec![0u8; MTU + 128], psn: psns.0 };
+    let ack = Aeth::new(Syndrome::Ack { credits: 31 }, msn);
+    match r {
+        Response::Ack => {
+            let mut p = Packet::new(op::ACK, qpn, 0, &[]);
+            p.ext.aeth = Some(ack);
+            out.psn = psns.1;
+            out.emit(&mut p);
+        }
+        Response::Nak(code) => {
+            let mut p = Packet::new(op::ACK, qpn, 0, &[]);
+            p.ext.aeth = Some(Aeth::new(Syndrome::Nak(code), msn));
+            out.emit(&mut p);
+        }
+        Response::Atomic(orig) => {
+            let mut p = Packet::new(op::ATOMIC_ACK, qpn, 0, &[]);
+            p.ext.aeth = Some(ack);
+            p.ext.atomic_ack = Some(AtomicAckEth::new(orig));
+            out.emit(&mut p);
+        }
+        Response::Read(data) => {
+            let pieces = data.len().div_ceil(MTU).max(1);
+            for k in 0..pieces {
+                let piece = &data[(k * MTU).min(data.len())..((k + 1) * MTU).min(data.len())];
+                let pos = position(k, pieces);
+                let mut p = Packet::new(opcode::read_response_opcode(pos), qpn, 0, piece);
+                // Middle packets carry no AETH; the others do.
+                if pos != Position::Middle {
+                    p.ext.aeth = Some(ack);
+                }
+                out.emit(&mut p);
+            }
+        }
+    }
+}
+
+/// The position of packet `k` of `pieces`.
+fn position(k: usize, pieces: usize) -> Position {
+    match (k == 0, k + 1 == pieces) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    }
+}
+
 /// Writes request `w` (its payload `data`, empty for READ and atomics) of a QP with GIDs `sgid`
-/// and `dgid` towards `dest_qpn`, its first packet at `*psn`; `*psn` moves past its packets.
+/// and `dgid` towards `dest_qpn`, its first packet at `*psn`; `*psn` moves past its packets (a
+/// READ's past its response's). Returns the PSNs its response is on (first, last).
 pub fn request(
     t: Transport,
     sgid: &[u8; 16],
@@ -37,12 +116,13 @@ pub fn request(
     psn: &mut u32,
     w: &SendWqe,
     data: &[u8],
-) {
+) -> Option<(u32, u32)> {
     let (src, dst) = (addr(sgid), addr(dgid));
     if matches!(src.ip(), IpAddr::V4(_)) != matches!(dst.ip(), IpAddr::V4(_)) {
-        return; // no IP packet carries one address of each family
+        return None; // no IP packet carries one address of each family
     }
-    let Some(flow) = Flow::new(src, dst) else { return };
+    let flow = Flow::new(src, dst)?;
+    let first = *psn;
     let mut out = Out { flow, src, dst, buf: vec![0u8; MTU + 128], psn: *psn };
     let mut pkt = Packet::new(0, dest_qpn, 0, &[]);
     pkt.bth.set_ack_req(true);
@@ -51,6 +131,9 @@ pub fn request(
             pkt.bth.set_opcode(t.base() | op::READ_REQUEST);
             pkt.ext.reth = Some(Reth::new(w.remote_addr, w.rkey, w.len as u32));
             out.emit(&mut pkt);
+            // Its response packets take the PSNs after it: the next request comes after them.
+            let extra = (w.len as usize).div_ceil(MTU).max(1) - 1;
+            out.psn = (out.psn + extra as u32) & 0x00ff_ffff;
         }
         IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
             let cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
@@ -65,12 +148,7 @@ pub fn request(
             for k in 0..pieces {
                 let piece = &data[(k * MTU).min(data.len())..((k + 1) * MTU).min(data.len())];
                 let ends = k + 1 == pieces;
-                let pos = match (k == 0, ends) {
-                    (true, true) => Position::Only,
-                    (true, false) => Position::First,
-                    (false, true) => Position::Last,
-                    (false, false) => Position::Middle,
-                };
+                let pos = position(k, pieces);
                 let extra = match code {
                     _ if !ends => Extra::None,
                     IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM => Extra::Imm,
@@ -101,6 +179,9 @@ pub fn request(
         }
     }
     *psn = out.psn;
+    let last = out.psn.wrapping_sub(1) & 0x00ff_ffff;
+    // A READ's response starts on its own PSN; the others' ACK names their last packet.
+    Some((first, if w.opcode == IBV_WR_RDMA_READ { first } else { last }))
 }
 
 /// Writes UD packet `pkt` that a same-host datagram from `sgid` to `dgid` stands for.
