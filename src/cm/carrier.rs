@@ -122,9 +122,32 @@ impl CmId {
     pub(super) fn send(&self, m: &Msg) -> Result<()> {
         let conn = lock(&self.st).conn.clone().ok_or(Errno::ENOTCONN)?;
         match conn {
-            Carrier::Unix(fd) => unix::send(fd.as_raw_fd(), m.as_bytes(), &[]),
+            Carrier::Unix(fd) => {
+                unix::send(fd.as_raw_fd(), m.as_bytes(), &[])?;
+                if crate::runtime::pcap::on() {
+                    self.capture_unix(m);
+                }
+                Ok(())
+            }
             Carrier::Mad(a) => a.send(m),
         }
+    }
+
+    /// Writes `m`, just sent on the unix carrier, to the capture as its CM MAD.
+    fn capture_unix(&self, m: &Msg) {
+        let c = {
+            let st = lock(&self.st);
+            let (Some(local), Some(remote)) = (st.local, st.remote) else { return };
+            super::net::capture::UnixConn {
+                ps: self.ps,
+                local,
+                remote,
+                path_mtu: st.path_mtu,
+                peer_qpn: st.peer_qpn,
+                passive: st.passive,
+            }
+        };
+        super::net::capture::unix_message(m, &c);
     }
 
     /// Hears of the id's QP failing on its own (see `on_qp_failed`). The hook runs under the
@@ -184,6 +207,7 @@ pub enum Incoming {
 
 impl CmId {
     pub(super) fn adopt_incoming(self: &Arc<Self>, inc: Incoming) -> Result<()> {
+        lock(&self.st).passive = true;
         match inc {
             Incoming::Unix(fd) => self.adopt_conn(fd),
             Incoming::Mad(a) => {

@@ -57,7 +57,44 @@ PAIRS = [
      {FETCH_ADD, ATOMIC_ACK}, {FETCH_ADD, ATOMIC_ACK}),
     ("ib_atomic_lat (compare and swap)", ["ib_atomic_lat", "-n", "20", "-A", "CMP_AND_SWAP"],
      None, {CMP_SWAP, ATOMIC_ACK}, {CMP_SWAP, ATOMIC_ACK}),
+    # Through rdma_cm: the CM's messages (a unix connection in one namespace) as the MADs they
+    # stand for, UD SEND Only to QP1, beside the SENDs and their ACKs.
+    ("rdma_server/rdma_client", ["rdma_server"], ["rdma_client", "-s", "127.0.0.1"],
+     {UD | SEND_ONLY, SEND_ONLY, ACK}, {UD | SEND_ONLY, SEND_ONLY, ACK}),
 ]
+# The CM messages the rdma_cm pair must show, and their comm ids' agreement.
+CM_EXCHANGE = ["REQ", "REP", "RTU", "DREQ", "DREP"]
+
+
+def cm_problems(pcap):
+    """The CM exchange decoded by tshark: REQ, REP, RTU, DREQ, DREP; the RTU names the comm id
+    the REP answered, and each DREQ/DREP names the connection's two comm ids."""
+    fields = ["infiniband.mad.attributeid", "infiniband.cm.rep.remotecommid",
+              "infiniband.cm.rtu.localcommid", "infiniband.cm.rtu.remotecommid",
+              "infiniband.cm.dreq.localcommid", "infiniband.cm.dreq.remotecommid",
+              "infiniband.cm.drsp.localcommid", "infiniband.cm.drsp.remotecommid"]
+    out = subprocess.run(["tshark", "-n", "-r", pcap, "-T", "fields", "-E", "separator=\t",
+                          "-E", "occurrence=f"] + sum([["-e", f] for f in fields], []),
+                         capture_output=True, text=True, timeout=60)
+    names = {0x10: "REQ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP", 0x12: "REJ"}
+    seen, rep_r, rtu, pairs, problems = [], None, None, [], []
+    for line in out.stdout.splitlines():
+        cols = (line.split("\t") + [""] * 8)[:8]
+        if not cols[0]:
+            continue
+        seen.append(names.get(int(cols[0], 0), cols[0]))
+        v = [int(c, 0) if c else None for c in cols[1:]]
+        rep_r = rep_r if v[0] is None else v[0]
+        rtu = rtu if v[1] is None else (v[1], v[2])
+        pairs += [p for p in ((v[3], v[4]), (v[5], v[6])) if p[0] is not None]
+    missing = [m for m in CM_EXCHANGE if m not in seen]
+    if missing:
+        problems.append(f"CM messages {missing} missing (seen {seen}): {out.stderr.strip()}")
+    elif rtu is None or rep_r != rtu[0] or not rtu[1]:
+        problems.append(f"the RTU {rtu} does not answer the REP's comm id {rep_r}")
+    elif any(set(p) != set(rtu) for p in pairs):
+        problems.append(f"DREQ/DREP comm ids {pairs} are not the connection's {rtu}")
+    return problems
 
 
 def psn_problems(pcap):
@@ -116,7 +153,8 @@ def run_pair(build, tmp, n, pair):
                            stderr=subprocess.STDOUT, text=True)
     time.sleep(0.5)
     try:
-        c = subprocess.run((client or server) + extra + ["127.0.0.1"], env=env,
+        argv = client + extra if client else server + extra + ["127.0.0.1"]
+        c = subprocess.run(argv, env=env,
                            capture_output=True, text=True, timeout=TIMEOUT)
         cout, crc = c.stdout + c.stderr, c.returncode
     except subprocess.TimeoutExpired:
@@ -146,6 +184,8 @@ def run_pair(build, tmp, n, pair):
         if checked != len(rows):
             problems.append(f"scapy checked {checked} of {len(rows)} frames")
         problems += psn_problems(pcap)[:10]
+        if UD | SEND_ONLY in required and client:
+            problems += cm_problems(pcap)
     ok = not problems
     detail = "; ".join(problems) if problems else f"{len(rows)} frames, opcodes {sorted(ops)}"
     print(f"{'PASS' if ok else 'FAIL'}: {name}: {detail}", flush=True)

@@ -82,6 +82,8 @@ pub(super) struct IdState {
     bound: Option<Arc<OwnedFd>>,
     /// The CM connection of a connecting or connected id.
     pub(super) conn: Option<Carrier>,
+    /// The connection came to us as a request (its carrier was adopted from a listener).
+    pub(super) passive: bool,
     /// The path MTU (`ibv_mtu`) of the route to the peer: the outgoing interface's, through
     /// RoCE's rule; 4096 inside one namespace.
     pub(super) path_mtu: u32,
@@ -199,6 +201,7 @@ impl CmId {
                 local: None,
                 remote: None,
                 bound: None,
+                passive: false,
                 conn: None,
                 path_mtu: ibv_mtu::IBV_MTU_4096,
                 acceptor: None,

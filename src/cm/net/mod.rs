@@ -7,6 +7,7 @@
 //! exchange with one peer (a connection, or a SIDR request): comm ids, where the peer listens,
 //! retries and duplicates ([`exchange`]); [`translate`] maps its MADs to the id's messages.
 
+pub mod capture;
 pub mod exchange;
 pub mod relay;
 pub mod route;
@@ -91,6 +92,21 @@ pub fn endpoint() -> Result<Arc<Endpoint>> {
     ep.watch(sock, port)?;
     *e = Some(ep.clone());
     Ok(ep)
+}
+
+/// A CM MAD as the RoCEv2 packet that carries it, `from` → `to`: a UD SEND Only to QP1 (DETH:
+/// the GSI Q_Key, source QP 1) with PSN `psn`, into `buf`; its length.
+fn gsi_packet(
+    from: SocketAddr,
+    to: SocketAddr,
+    psn: u32,
+    mad: &[u8; MAD_LEN],
+    buf: &mut [u8],
+) -> Result<usize> {
+    let flow = Flow::new(from, to).ok_or(Errno::EINVAL)?;
+    let mut pkt = Packet::new(op::UD | op::SEND_ONLY, GSI_QPN, psn, mad);
+    pkt.ext.deth = Some(Deth::new(GSI_QKEY, GSI_QPN));
+    roce::encode(&pkt, &flow, buf).map_err(|_| Errno::EINVAL)
 }
 
 fn random_u32() -> u32 {
@@ -183,12 +199,9 @@ impl Endpoint {
 
     /// Sends one MAD in a RoCEv2 UD SEND Only to QP1 from our address `src`.
     fn send_mad(&self, src: IpAddr, to: SocketAddr, mad: &[u8; MAD_LEN]) -> Result<()> {
-        let flow = Flow::new(SocketAddr::new(src, self.port), to).ok_or(Errno::EINVAL)?;
         let psn = self.psn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
-        let mut pkt = Packet::new(op::UD | op::SEND_ONLY, GSI_QPN, psn, mad);
-        pkt.ext.deth = Some(Deth::new(GSI_QKEY, GSI_QPN));
         let mut buf = [0u8; 512];
-        let n = roce::encode(&pkt, &flow, &mut buf).map_err(|_| Errno::EINVAL)?;
+        let n = gsi_packet(SocketAddr::new(src, self.port), to, psn, mad, &mut buf)?;
         udp::send_from(self.sock.as_raw_fd(), src, to, &buf[..n])
     }
 
