@@ -16,9 +16,9 @@ In preload mode (LD_PRELOAD=<build>/librdmashim.so) and drop-in mode
 2. Debian's unmodified ibv_devinfo lists soft0, and the pairs rdma_server/rdma_client, rping
    (-V, 10 pings) and ibv_rc_pingpong -e pass with RDMASHIM_PROVIDER=native;
 3. RDMASHIM_PROVIDER=auto (and unset) with the stand-in, which lists a device, forwards
-   (native_forward native); with RDMASHIM_NATIVE_LIBDIR at the system's libibverbs, which lists
-   no device on this machine, the soft provider serves the program itself (native_forward
-   soft);
+   (native_forward native), also through `rdmashim run --provider auto`; with
+   RDMASHIM_NATIVE_LIBDIR at the system's libibverbs, which lists no device on this machine,
+   the soft provider serves the program itself (native_forward soft);
 4. (preload) RDMASHIM_TRACE traces each forwarded call once: the stand-in does not trace again;
 5. RDMASHIM_PROVIDER=native with a directory that has no libibverbs.so.1: no devices and one
    line on stderr that says why, never a silent fallback to the soft device.
@@ -145,6 +145,25 @@ def main():
                                              "-p", port],
              ["ibv_rc_pingpong", "-g", "0", "-e", "-n", "200", "-p", port, "127.0.0.1"], env,
              "200 iters in")
+
+    # 3b. through the launcher: `rdmashim run` (auto) forwards to the stand-in, which lists a
+    # device, and then shows the program no device view of its own
+    tool = os.path.join(build, "rdmashim")
+    if os.path.exists(tool):
+        for mode in ("preload", "dropin"):
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("LD_PRELOAD", "LD_LIBRARY_PATH", "RDMASHIM_PROVIDER")}
+            env["RDMASHIM_NATIVE_LIBDIR"] = stand_in
+            cmd = [tool, "run", "--mode", mode, "--provider", "auto", "--", prog,
+                   stand_in_verbs, "native"]
+            rc, out, err = run("rdmashim run", cmd, env)
+            if rc != 0:
+                fail(f"rdmashim run --mode {mode} --provider auto: exit {rc}\n{out}{err}")
+            else:
+                print(f"ok   rdmashim run --mode {mode} --provider auto forwards to the stand-in",
+                      flush=True)
+    else:
+        fail(f"{tool} was not built")
 
     # 4. one trace line per forwarded call
     with tempfile.TemporaryDirectory() as tmp:
