@@ -380,6 +380,23 @@ for prog in ("send_bw", "write_bw", "read_bw"):
     port += 2
 
 
+# perftest over UD (-c UD): datagrams between the two processes; fewer iterations than
+# perftest's receive depth, so no datagram finds the receive queue empty (UD would drop it).
+for prog, port in (("send_lat", 7650), ("send_bw", 7652)):
+    iters = 100 if prog.endswith("lat") else 50
+    add(Scenario(
+        name=f"ib-{prog.replace('_', '-')}-ud", issue=11,
+        title=f"perftest ib_{prog} -c UD: datagrams",
+        server=[f"ib_{prog}", "-c", "UD", "-p", "{port}", "-n", str(iters)],
+        client=[f"ib_{prog}", "-c", "UD", "-p", "{port}", "-n", str(iters), "{host}"],
+        port=port, ready="tcp",
+        expect=[("client", r"^\s*#bytes\s+#iterations"), ("client", PERFTEST_ROW)],
+        forbid=[("both", r"Couldn't|Unable to|Failed to|failed|Segmentation")],
+        check=perftest_check(iters, True, server_peak=prog != "send_bw"),
+        netns_args=["-x", "{gid}"],
+    ))
+
+
 # --- issue 10: rsockets ----------------------------------------------------------------------
 # rstream prints one table row per size; -T v checks every byte it receives (and exits non-zero
 # on a mismatch). Both sides print the table.

@@ -84,6 +84,9 @@ pub struct SoftQp {
     generation: u64,
     /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
     block_self_mcast: AtomicBool,
+    /// UD: the buffer datagrams are read into; one thread at a time holds it (the progress
+    /// thread, or an application polling a CQ), so datagrams are delivered in arrival order.
+    pub(super) ud_reading: Mutex<Vec<u8>>,
     st: Mutex<Inner>,
     pub(super) me: Weak<SoftQp>,
 }
@@ -123,6 +126,7 @@ impl SoftQp {
             _acceptor: acceptor,
             generation: fork::generation(),
             block_self_mcast: AtomicBool::new(false),
+            ud_reading: Mutex::new(Vec::new()),
             st: Mutex::new(Inner {
                 state: QpState::Reset,
                 attr: QpAttrs::default(),
@@ -170,6 +174,10 @@ impl SoftQp {
     }
 
     /// The socket that owns our QPN.
+    pub(super) fn is_ud(&self) -> bool {
+        self.ud
+    }
+
     pub(super) fn socket(&self) -> &OwnedFd {
         &self.listener
     }

@@ -479,6 +479,9 @@ impl SoftQp {
 
     /// One pass of the data path for this QP. Callable from any thread.
     pub fn progress_now(&self) -> bool {
+        if self.is_ud() {
+            return self.progress_ud();
+        }
         let mut st = self.lock_state();
         if st.net.is_some() {
             // A polling application reads the socket itself (no wait for the progress thread);

@@ -161,22 +161,40 @@ impl SoftQp {
             after,
             Box::new(move || {
                 if let Some(qp) = me.upgrade() {
-                    qp.retry_ud_backlog();
+                    qp.retry_ud_backlog(true);
                 }
             }),
         );
     }
 
-    /// The progress thread's retry: held datagrams that find room go, those past their grace
-    /// are dropped, and either way their requests complete in order.
-    fn retry_ud_backlog(&self) {
+    /// A UD QP's part of a CQ poll, on the polling thread: datagrams waiting at our socket are
+    /// delivered, and held ones offered again (the poll comes round far sooner than the
+    /// progress thread's retry timer, whose epoll timeout counts in milliseconds). Whether
+    /// anything moved.
+    pub(super) fn progress_ud(&self) -> bool {
+        // What waits at our socket is read here too: a polling receiver need not wait for the
+        // progress thread to wake for each datagram.
+        let mut did = self.receive_datagrams();
+        if !self.lock_state().ud_backlog.is_empty() {
+            self.retry_ud_backlog(false);
+            did = true;
+        }
+        did
+    }
+
+    /// A retry (`timer`: the progress thread's scheduled one): held datagrams that find room
+    /// go, those past their grace are dropped, and either way their requests complete in
+    /// order; a retry is scheduled while anything is still held.
+    fn retry_ud_backlog(&self, timer: bool) {
         let mut st = self.lock_state();
-        st.ud_backlog.armed = false;
+        if timer {
+            st.ud_backlog.armed = false;
+        }
         let sock = self.socket().as_raw_fd();
         let (cq, qpn) = (&self.send_cq, self.qpn);
         let next = st.ud_backlog.retry(
             Instant::now(),
-            |d, bytes| datagram::offer(sock, d, &[bytes]),
+            |d, parts| datagram::offer(sock, d, parts),
             |h| {
                 for d in &h.dsts {
                     crate::trace::note(format_args!(
@@ -202,31 +220,39 @@ impl SoftQp {
         }
     }
 
-    /// Takes the datagrams waiting at our socket and delivers them into posted receives.
-    pub(super) fn receive_datagrams(&self) {
-        let mut buf = vec![0u8; HDR_LEN + UD_MTU];
+    /// Takes the datagrams waiting at our socket and delivers them into posted receives;
+    /// whether any came. Nothing if another thread is reading them (it delivers in order).
+    pub(super) fn receive_datagrams(&self) -> bool {
+        let Ok(mut buf) = self.ud_reading.try_lock() else { return false };
+        if buf.is_empty() {
+            buf.resize(datagram::COALESCE_BYTES, 0);
+        }
+        let mut got = false;
         // At most a bounded batch per readiness event: a sender flooding this QP cannot keep
         // the progress thread here (the socket stays readable and is served again next round).
         for _ in 0..MAX_BATCH {
             let n = match unix::recv_dgram(self.socket().as_raw_fd(), &mut buf) {
                 Ok(Some((n, Some(uid)))) if access::allowed(uid) => n,
                 Ok(Some(_)) => continue, // from a user we do not accept: dropped
-                _ => return,
+                _ => break,
             };
-            let Some(h) = UdHdr::from_bytes(&buf[..n.min(buf.len())]) else { continue };
-            if !h.valid(n) {
-                continue;
+            got = true;
+            for (h, payload) in datagram::messages(&buf[..n.min(buf.len())]) {
+                self.receive_one(&h, payload);
             }
-            let payload = &buf[HDR_LEN..HDR_LEN + h.len as usize];
-            let imm = (h.flags & UD_IMM != 0).then_some(h.imm);
-            let d = UdIn {
-                qkey: h.qkey,
-                src_qpn: h.src_qpn,
-                imm,
-                solicited: h.flags & UD_SOLICITED != 0,
-            };
-            self.deliver_ud(&d, &grh(&h), payload);
         }
+        got
+    }
+
+    /// One message of a datagram: into the next posted receive, or dropped.
+    fn receive_one(&self, h: &UdHdr, payload: &[u8]) {
+        let d = UdIn {
+            qkey: h.qkey,
+            src_qpn: h.src_qpn,
+            imm: (h.flags & UD_IMM != 0).then_some(h.imm),
+            solicited: h.flags & UD_SOLICITED != 0,
+        };
+        self.deliver_ud(&d, &grh(h), payload);
     }
 
     /// Delivers one datagram into the next posted receive (GRH area first), or drops it as

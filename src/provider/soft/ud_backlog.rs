@@ -9,8 +9,10 @@
 //! InfiniBand drops, once `GRACE` has passed. Drops are counted in [`DROPPED_FULL`].
 //!
 //! Completions stay in send-queue order: while anything is held, every later request queues
-//! behind it, even one that could go at once.
+//! behind it, even one that could go at once. When room appears, the held datagrams for one
+//! destination go together, several messages in one unix datagram (`datagram::messages`).
 
+use super::datagram::{COALESCE_BYTES, COALESCE_MESSAGES};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -60,23 +62,36 @@ impl Backlog {
         self.q.push_back(h);
     }
 
-    /// One retry at `now`: offers each held datagram, front first, to the destinations it still
-    /// lacks (`offer` says whether a destination took it; false means still full). Requests
-    /// that are through, or past their deadline (their remaining destinations counted as
-    /// dropped), go to `done` in order; the first that must wait stops the pass. Returns the
-    /// delay before the next retry, or `None` when nothing is held any more.
+    /// One retry at `now`: offers the held datagrams, front first, to the destinations they
+    /// still lack (`offer(d, parts)` says whether destination `d` took the datagram made of
+    /// `parts`; false means still full). A run of held datagrams for the same one destination
+    /// goes as one datagram of up to [`COALESCE_BYTES`] (a full queue is counted in datagrams,
+    /// not bytes). Requests that are through, or past their deadline (their remaining
+    /// destinations counted as dropped), go to `done` in order; the first that must wait stops
+    /// the pass. Returns the delay before the next retry, or `None` when nothing is held.
     pub fn retry(
         &mut self,
         now: Instant,
-        mut offer: impl FnMut(u32, &[u8]) -> bool,
+        mut offer: impl FnMut(u32, &[&[u8]]) -> bool,
         mut done: impl FnMut(Held),
     ) -> Option<Duration> {
         let mut progressed = false;
-        while let Some(h) = self.q.front_mut() {
-            let before = h.dsts.len();
-            let bytes = &h.bytes;
-            h.dsts.retain(|&d| !offer(d, bytes));
-            progressed |= h.dsts.len() < before;
+        while let Some(front) = self.q.front() {
+            if let [d] = front.dsts[..] {
+                let run = self.run_for(d);
+                let parts: Vec<&[u8]> = self.q.iter().take(run).map(|h| &h.bytes[..]).collect();
+                if offer(d, &parts) {
+                    self.q.iter_mut().take(run).for_each(|h| h.dsts.clear());
+                    progressed = true;
+                }
+            } else if let Some(h) = self.q.front_mut() {
+                // Several destinations (a multicast group's members here): each its own.
+                let before = h.dsts.len();
+                let Held { dsts, bytes, .. } = h;
+                dsts.retain(|&d| !offer(d, &[&bytes[..]]));
+                progressed |= dsts.len() < before;
+            }
+            let Some(h) = self.q.front() else { break };
             if !h.dsts.is_empty() && now < h.deadline {
                 break;
             }
@@ -92,6 +107,22 @@ impl Backlog {
         // Room appeared: look again soon; none: back off.
         self.wait = if progressed { FIRST_WAIT } else { (self.wait * 2).min(MAX_WAIT) };
         Some(self.wait)
+    }
+
+    /// How many held datagrams from the front go to `d` alone and fit one datagram together
+    /// (at least the front's).
+    fn run_for(&self, d: u32) -> usize {
+        let mut bytes = 0;
+        let mut n = 0;
+        for h in &self.q {
+            let fits = n == 0 || (bytes + h.bytes.len() <= COALESCE_BYTES && n < COALESCE_MESSAGES);
+            if h.dsts[..] != [d] || !fits {
+                break;
+            }
+            bytes += h.bytes.len();
+            n += 1;
+        }
+        n.max(1)
     }
 
     /// Takes every held request (the QP moved to ERR or RESET).
@@ -117,6 +148,24 @@ mod tests {
         }
     }
 
+    /// Datagrams offered: each destination with the first byte of each message in it.
+    type Offered = Vec<(u32, Vec<u8>)>;
+
+    /// A retry where every destination has room: the next delay, the datagrams offered (each
+    /// destination with the first byte of each message in it), and the requests completed.
+    fn retry_with_room(b: &mut Backlog, now: Instant) -> (Option<Duration>, Offered, Vec<u64>) {
+        let (mut sent, mut out) = (Vec::new(), Vec::new());
+        let w = b.retry(
+            now,
+            |d, parts| {
+                sent.push((d, parts.iter().map(|p| p[0]).collect()));
+                true
+            },
+            |h| out.push(h.wr_id),
+        );
+        (w, sent, out)
+    }
+
     #[test]
     fn completes_in_order_and_stops_at_the_first_that_must_wait() {
         let now = Instant::now();
@@ -132,19 +181,47 @@ mod tests {
         let w2 = b.retry(now, |d, _| d != 7, |h| out.push(h.wr_id));
         assert!(w2 > w1);
         // Room at 7: all three go, in order, and nothing is held.
-        let mut seen = Vec::new();
-        let w = b.retry(
-            now,
-            |d, bytes| {
-                seen.push((d, bytes[0]));
-                true
-            },
-            |h| out.push(h.wr_id),
-        );
+        let (w, seen, done) = retry_with_room(&mut b, now);
+        out.extend(done);
         assert_eq!(w, None);
         assert_eq!(out, [1, 2, 3]);
-        assert_eq!(seen, [(7, 1), (8, 3)]);
+        assert_eq!(seen, [(7, vec![1]), (8, vec![3])]);
         assert!(b.is_empty());
+    }
+
+    /// Held datagrams for one destination go as one datagram, in order, as many as fit.
+    #[test]
+    fn a_run_for_one_destination_goes_together() {
+        let now = Instant::now();
+        let mut b = Backlog::default();
+        let big = COALESCE_BYTES / 2;
+        for (wr_id, d) in [(1, 7), (2, 7), (3, 7), (4, 8), (5, 7)] {
+            b.hold(held(wr_id, &[d], now + GRACE));
+        }
+        // Two that cannot share a datagram: 6 goes alone after the first five.
+        let mut h = held(6, &[7], now + GRACE);
+        h.bytes = vec![6; big + 1];
+        b.hold(h);
+        let mut h = held(7, &[7], now + GRACE);
+        h.bytes = vec![7; big + 1];
+        b.hold(h);
+        let (w, sent, out) = retry_with_room(&mut b, now);
+        assert_eq!(w, None);
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(sent, [(7, vec![1, 2, 3]), (8, vec![4]), (7, vec![5, 6]), (7, vec![7])]);
+    }
+
+    /// A full destination refuses the whole run: nothing of it completes.
+    #[test]
+    fn a_refused_run_stays_held_whole() {
+        let now = Instant::now();
+        let mut b = Backlog::default();
+        b.hold(held(1, &[7], now + GRACE));
+        b.hold(held(2, &[7], now + GRACE));
+        let mut out = Vec::new();
+        assert!(b.retry(now, |_, _| false, |h| out.push(h.wr_id)).is_some());
+        assert!(out.is_empty());
+        assert_eq!(b.take_all().len(), 2);
     }
 
     #[test]
