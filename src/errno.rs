@@ -74,6 +74,15 @@ pub fn check(ret: libc::c_int) -> Result<libc::c_int> {
     }
 }
 
+/// Turns a verbs-style return value (0 on success, an errno otherwise) into a `Result`.
+pub fn zero_or(ret: libc::c_int) -> Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Errno(ret))
+    }
+}
+
 /// Like [`check`] for `ssize_t` results.
 pub fn check_size(ret: libc::ssize_t) -> Result<usize> {
     if ret < 0 {

@@ -33,11 +33,7 @@ use std::ptr;
 /// it. A negative value (as `ibv_poll_cq` returns) therefore leaves a *negative* `errno`, which
 /// is rdma-core's behaviour and kept on purpose.
 fn seterrno(ret: c_int) -> Result<()> {
-    if ret == 0 {
-        Ok(())
-    } else {
-        Err(Errno(ret))
-    }
+    crate::errno::zero_or(ret)
 }
 
 /// The id's QP, `EINVAL` if the id is not live or has no QP.
@@ -46,7 +42,8 @@ fn seterrno(ret: c_int) -> Result<()> {
 /// `id` is NULL or a pointer that [`crate::cm::check_id`] may inspect.
 unsafe fn id_qp(id: *mut rdma_cm_id) -> Result<*mut ibv_qp> {
     live_id(id)?;
-    // SAFETY: live_id confirmed `id` is a live rdma_cm_id (ours, or in passthrough the native library's).
+    // SAFETY: live_id confirmed `id` is a live rdma_cm_id (ours, or in passthrough the native
+    // library's).
     let qp = unsafe { (*id).qp };
     if qp.is_null() {
         return Err(Errno::EINVAL);

@@ -6,7 +6,7 @@ use crate::abi::{
     arg, out, Infallible, MinusOne, NegativeErrno, Nothing, NullOr, PositiveErrno, ReregCode, Value,
 };
 use crate::entry;
-use crate::errno::{Errno, Result};
+use crate::errno::{zero_or, Errno, Result};
 use crate::provider::RecvWqe;
 use crate::sys::*;
 use crate::verbs::ah::Ah;
@@ -59,29 +59,20 @@ unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     crate::entry_body!("ibv_dealloc_mw"(mw) -> PositiveErrno { Mw::dealloc(mw) })
 }
 
-/// In passthrough ([`crate::provider::native`]), the ops of the native object's context, which
-/// the formerly inline data-path calls go through as verbs.h's inline bodies do; `None`
-/// otherwise. `EINVAL` for a NULL object or context.
-fn native_ops<T>(
+/// In passthrough ([`crate::provider::native`]), the op `slot` of the native object's context
+/// (`EOPNOTSUPP` if unset), which the formerly inline data-path calls go through as verbs.h's
+/// inline bodies do; `None` otherwise. `EINVAL` for a NULL object or context.
+fn native_op<T, F>(
     p: *mut T,
     context: impl FnOnce(&T) -> *mut ibv_context,
-) -> Result<Option<ibv_context_ops>> {
+    slot: impl FnOnce(&ibv_context_ops) -> Option<F>,
+) -> Result<Option<F>> {
     if !crate::provider::native::on() {
         return Ok(None);
     }
     // SAFETY: in passthrough p is NULL or the native library's live object (the API contract).
     let ctx = context(unsafe { p.as_ref() }.ok_or(Errno::EINVAL)?);
-    // SAFETY: the object's context, live while the object is; its ops are read by value.
-    Ok(Some(unsafe { ctx.as_ref() }.ok_or(Errno::EINVAL)?.ops))
-}
-
-/// A verbs op's return value (0 or a positive errno) as ours.
-fn errno_of(r: c_int) -> Result<()> {
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(Errno(r))
-    }
+    crate::abi::verbs_inline::legacy_op(ctx, slot).map(Some)
 }
 
 fn ctx(p: *mut ibv_context) -> Result<std::sync::Arc<Context>> {
@@ -355,8 +346,7 @@ entry! {
     }
 
     fn ibv_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> Value<c_int> {
-        if let Some(ops) = native_ops(cq, |c| c.context)? {
-            let f = ops.poll_cq.ok_or(Errno::EOPNOTSUPP)?;
+        if let Some(f) = native_op(cq, |c| c.context, |o| o.poll_cq)? {
             // SAFETY: the native CQ's own op, with the caller's arguments, as the inline calls it.
             return Ok(unsafe { f(cq, num_entries, wc) });
         }
@@ -373,10 +363,9 @@ entry! {
     }
 
     fn ibv_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> PositiveErrno {
-        if let Some(ops) = native_ops(cq, |c| c.context)? {
-            let f = ops.req_notify_cq.ok_or(Errno::EOPNOTSUPP)?;
+        if let Some(f) = native_op(cq, |c| c.context, |o| o.req_notify_cq)? {
             // SAFETY: the native CQ's own op, with the caller's arguments, as the inline calls it.
-            return errno_of(unsafe { f(cq, solicited_only) });
+            return zero_or(unsafe { f(cq, solicited_only) });
         }
         objects().cqs.get(cq)?.req_notify(solicited_only != 0)
     }
@@ -415,10 +404,9 @@ entry! {
     }
 
     fn ibv_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> PositiveErrno {
-        if let Some(ops) = native_ops(qp, |q| q.context)? {
-            let f = ops.post_send.ok_or(Errno::EOPNOTSUPP)?;
+        if let Some(f) = native_op(qp, |q| q.context, |o| o.post_send)? {
             // SAFETY: the native QP's own op, with the caller's arguments, as the inline calls it.
-            return errno_of(unsafe { f(qp, wr, bad_wr) });
+            return zero_or(unsafe { f(qp, wr, bad_wr) });
         }
         let q = objects().qps.get(qp)?;
         let mut cur = wr;
@@ -440,10 +428,9 @@ entry! {
     }
 
     fn ibv_post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> PositiveErrno {
-        if let Some(ops) = native_ops(qp, |q| q.context)? {
-            let f = ops.post_recv.ok_or(Errno::EOPNOTSUPP)?;
+        if let Some(f) = native_op(qp, |q| q.context, |o| o.post_recv)? {
             // SAFETY: the native QP's own op, with the caller's arguments, as the inline calls it.
-            return errno_of(unsafe { f(qp, wr, bad_wr) });
+            return zero_or(unsafe { f(qp, wr, bad_wr) });
         }
         let q = objects().qps.get(qp)?;
         let mut cur = wr;
@@ -504,10 +491,9 @@ entry! {
     }
 
     fn ibv_post_srq_recv(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> PositiveErrno {
-        if let Some(ops) = native_ops(srq, |s| s.context)? {
-            let f = ops.post_srq_recv.ok_or(Errno::EOPNOTSUPP)?;
+        if let Some(f) = native_op(srq, |s| s.context, |o| o.post_srq_recv)? {
             // SAFETY: the native SRQ's own op, with the caller's arguments, as the inline calls it.
-            return errno_of(unsafe { f(srq, wr, bad_wr) });
+            return zero_or(unsafe { f(srq, wr, bad_wr) });
         }
         let s = objects().srqs.get(srq)?;
         let mut cur = wr;

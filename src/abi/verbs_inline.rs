@@ -80,13 +80,13 @@ macro_rules! ctx_op {
 }
 
 /// The legacy op `slot` of `ctx->ops` (the memory-window calls), `EOPNOTSUPP` if NULL.
-fn legacy_op<F>(
+pub(super) fn legacy_op<F>(
     ctx: *mut ibv_context,
     slot: impl FnOnce(&ibv_context_ops) -> Option<F>,
 ) -> Result<F> {
     let _live = inline_handle(ctx, |p| objects().contexts.get(p))?;
-    // SAFETY: ctx is a live context (held by `_live` if ours; in passthrough, the native library's); its ops, set at open, are copied
-    // through the raw pointer.
+    // SAFETY: ctx is a live context (held by `_live` if ours; in passthrough, the native
+    // library's); its ops, set at open, are copied through the raw pointer.
     let ops = unsafe { std::ptr::addr_of!((*ctx).ops).read() };
     slot(&ops).ok_or(Errno::EOPNOTSUPP)
 }
@@ -418,7 +418,8 @@ entry! {
     /// `EOPNOTSUPP` rather than jump through NULL).
     fn ibv_close_xrcd(xrcd: *mut ibv_xrcd) -> Forward<PositiveErrno> {
         let _live = inline_handle(xrcd, |p| objects().xrcds.get(p))?;
-        // SAFETY: xrcd is a live domain (held by `_live` if ours; in passthrough, the native library's).
+        // SAFETY: xrcd is a live domain (held by `_live` if ours; in passthrough, the native
+        // library's).
         let f = ctx_op!(unsafe { (*xrcd).context }, close_xrcd)?;
         drop(_live);
         // SAFETY: the context's op, with the caller's domain.
@@ -435,7 +436,8 @@ entry! {
     /// The domain's context's `dealloc_td`, else `EOPNOTSUPP`.
     fn ibv_dealloc_td(td: *mut ibv_td) -> Forward<PositiveErrno> {
         let _live = inline_handle(td, |p| objects().tds.get(p))?;
-        // SAFETY: td is a live thread domain of ours (held by `_live`).
+        // SAFETY: td is a live thread domain (held by `_live` if ours; in passthrough, the native
+        // library's).
         let f = ctx_op!(unsafe { (*td).context }, dealloc_td)?;
         drop(_live);
         // SAFETY: the context's op, with the caller's domain.

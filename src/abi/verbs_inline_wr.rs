@@ -28,8 +28,9 @@ fn qp_op<F>(qp: *mut ibv_qp_ex, slot: impl FnOnce(*const ibv_qp_ex) -> Option<F>
 macro_rules! qp_op {
     ($qp:expr, $slot:ident) => {
         qp_op($qp, |x| {
-            // SAFETY: qp_op calls this with a live ibv_qp_ex (ours, or the native library's); one field is read
-            // through the raw pointer (no reference to the fields C writes, wr_id and wr_flags).
+            // SAFETY: qp_op calls this with a live ibv_qp_ex (ours, or the native library's); one
+            // field is read through the raw pointer (no reference to the fields C writes, wr_id
+            // and wr_flags).
             unsafe { std::ptr::addr_of!((*x).$slot).read() }
         })
     };
@@ -45,8 +46,9 @@ fn cq_op<F>(cq: *mut ibv_cq_ex, slot: impl FnOnce(*const ibv_cq_ex) -> Option<F>
 macro_rules! cq_op {
     ($cq:expr, $slot:ident) => {
         cq_op($cq, |c| {
-            // SAFETY: cq_op calls this with a live ibv_cq_ex (ours, or the native library's); one field is read
-            // through the raw pointer (no reference to the fields C writes, wr_id and status).
+            // SAFETY: cq_op calls this with a live ibv_cq_ex (ours, or the native library's); one
+            // field is read through the raw pointer (no reference to the fields C writes, wr_id
+            // and status).
             unsafe { std::ptr::addr_of!((*c).$slot).read() }
         })
     };

@@ -3,7 +3,7 @@
 
 use super::capi;
 use super::wire::{self, Sge, SGE_LEN, SGL_SIZE};
-use crate::errno::{Errno, Result};
+use crate::errno::{zero_or, Errno, Result};
 use crate::sys::*;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::VecDeque;
@@ -211,7 +211,7 @@ impl Ep {
         wr.wr_id = RECV_FLAG;
         let mut bad = ptr::null_mut();
         // SAFETY: our live QP and a request on the stack.
-        errno_of(unsafe { capi::ibv_post_recv(self.qp, &mut wr, &mut bad) })
+        zero_or(unsafe { capi::ibv_post_recv(self.qp, &mut wr, &mut bad) })
     }
 
     /// Posts an RDMA WRITE with immediate `msg` (the data in `sges`, possibly none).
@@ -235,7 +235,7 @@ impl Ep {
         let mut bad = ptr::null_mut();
         // SAFETY: our live QP; the SGEs point into the registered send buffer or, inline,
         // at caller memory that is copied during the call.
-        errno_of(unsafe { capi::ibv_post_send(self.qp, &mut wr, &mut bad) })
+        zero_or(unsafe { capi::ibv_post_send(self.qp, &mut wr, &mut bad) })
     }
 
     /// Posts an RDMA WRITE without immediate (riowrite: data straight into a peer's iomap).
@@ -257,7 +257,7 @@ impl Ep {
         wr.wr.rdma = rdma_t { remote_addr: addr, rkey };
         let mut bad = ptr::null_mut();
         // SAFETY: as in post_write_msg.
-        errno_of(unsafe { capi::ibv_post_send(self.qp, &mut wr, &mut bad) })
+        zero_or(unsafe { capi::ibv_post_send(self.qp, &mut wr, &mut bad) })
     }
 
     /// Our target SGL slot `i` (the peer refills it, we consume it).
@@ -349,11 +349,3 @@ impl Drop for Ep {
 
 /// `wr_id` bit of receive requests (librdmacm's `RS_WR_ID_FLAG_RECV`).
 pub const RECV_FLAG: u64 = 1 << 63;
-
-fn errno_of(r: i32) -> Result<()> {
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(Errno(r))
-    }
-}

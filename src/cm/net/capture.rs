@@ -10,7 +10,7 @@ use super::wire::{self, Cm, MAD_LEN};
 use crate::cm::proto::{self, Msg};
 use crate::runtime::pcap;
 use std::hash::{Hash, Hasher};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// What the id knows of its connection when it sends `m` over the unix carrier.
@@ -70,9 +70,5 @@ pub fn unix_message(m: &Msg, c: &UnixConn) {
 
 /// The RoCEv2 address of an rdma_cm end: its IP, UDP port 4791.
 fn gsi_addr(a: SocketAddr) -> SocketAddr {
-    let ip = match a.ip() {
-        IpAddr::V6(v6) => crate::runtime::udp::unmapped(v6),
-        v4 => v4,
-    };
-    SocketAddr::new(ip, crate::provider::soft::roce::ROCE_UDP_PORT)
+    SocketAddr::new(a.ip().to_canonical(), crate::provider::soft::roce::ROCE_UDP_PORT)
 }

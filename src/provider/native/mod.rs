@@ -22,7 +22,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io::Write;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 /// What this process runs on.
@@ -36,36 +36,17 @@ pub enum Mode {
     Nothing,
 }
 
-const UNDECIDED: u8 = 0;
-const SOFT: u8 = 1;
-const NATIVE: u8 = 2;
-const NOTHING: u8 = 3;
+static CHOICE: OnceLock<Mode> = OnceLock::new();
 
-static MODE: AtomicU8 = AtomicU8::new(UNDECIDED);
-
-/// Whether calls are forwarded: one relaxed load once the choice is made.
+/// Whether calls are forwarded: one load once the choice is made.
 #[inline(always)]
 pub fn on() -> bool {
-    match MODE.load(Ordering::Relaxed) {
-        NATIVE => true,
-        UNDECIDED => mode() == Mode::Native,
-        _ => false,
-    }
+    mode() == Mode::Native
 }
 
 /// The process's choice, made on the first call.
 pub fn mode() -> Mode {
-    static CHOICE: OnceLock<Mode> = OnceLock::new();
-    let m = *CHOICE.get_or_init(decide);
-    MODE.store(
-        match m {
-            Mode::Soft => SOFT,
-            Mode::Native => NATIVE,
-            Mode::Nothing => NOTHING,
-        },
-        Ordering::Relaxed,
-    );
-    m
+    *CHOICE.get_or_init(decide)
 }
 
 /// Whether this copy of rdmashim was loaded outside the base namespace (a stand-in for the

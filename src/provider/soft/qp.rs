@@ -63,7 +63,7 @@ pub struct Inner {
 
 pub struct SoftQp {
     pub qpn: u32,
-    ud: bool,
+    pub(super) ud: bool,
     /// Unreliable Connected: the link without acknowledgements, RNR or NAKs.
     pub(super) uc: bool,
     max_recv_wr: u32,
@@ -174,10 +174,6 @@ impl SoftQp {
     }
 
     /// The socket that owns our QPN.
-    pub(super) fn is_ud(&self) -> bool {
-        self.ud
-    }
-
     pub(super) fn socket(&self) -> &OwnedFd {
         &self.listener
     }

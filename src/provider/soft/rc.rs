@@ -479,7 +479,7 @@ impl SoftQp {
 
     /// One pass of the data path for this QP. Callable from any thread.
     pub fn progress_now(&self) -> bool {
-        if self.is_ud() {
+        if self.ud {
             return self.progress_ud();
         }
         let mut st = self.lock_state();

@@ -462,7 +462,7 @@ impl SoftQp {
         }
     }
 
-    fn has_recv(&self, st: &Inner) -> bool {
+    pub(super) fn has_recv(&self, st: &Inner) -> bool {
         match self.rx_srq(st) {
             Some(s) => !s.is_empty(),
             None => !st.rq.is_empty(),

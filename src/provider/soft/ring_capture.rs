@@ -54,12 +54,7 @@ pub fn response(
     msn: u32,
     r: Response<'_>,
 ) {
-    let (src, dst) = (addr(dgid), addr(sgid));
-    if matches!(src.ip(), IpAddr::V4(_)) != matches!(dst.ip(), IpAddr::V4(_)) {
-        return;
-    }
-    let Some(flow) = Flow::new(src, dst) else { return };
-    let mut out = Out { flow, src, dst, buf: vec![0u8; MTU + 128], psn: psns.0 };
+    let Some(mut out) = Out::new(dgid, sgid, psns.0) else { return };
     let ack = Aeth::new(Syndrome::Ack { credits: 31 }, msn);
     match r {
         Response::Ack => {
@@ -80,10 +75,7 @@ pub fn response(
             out.emit(&mut p);
         }
         Response::Read(data) => {
-            let pieces = data.len().div_ceil(MTU).max(1);
-            for k in 0..pieces {
-                let piece = &data[(k * MTU).min(data.len())..((k + 1) * MTU).min(data.len())];
-                let pos = position(k, pieces);
+            for (pos, piece) in pieces(data) {
                 let mut p = Packet::new(opcode::read_response_opcode(pos), qpn, 0, piece);
                 // Middle packets carry no AETH; the others do.
                 if pos != Position::Middle {
@@ -95,14 +87,19 @@ pub fn response(
     }
 }
 
-/// The position of packet `k` of `pieces`.
-fn position(k: usize, pieces: usize) -> Position {
-    match (k == 0, k + 1 == pieces) {
-        (true, true) => Position::Only,
-        (true, false) => Position::First,
-        (false, true) => Position::Last,
-        (false, false) => Position::Middle,
-    }
+/// `data` cut into packets of at most `MTU` bytes (one empty packet for no data), each with its
+/// position in the message.
+fn pieces(data: &[u8]) -> impl Iterator<Item = (Position, &[u8])> {
+    let n = data.len().div_ceil(MTU).max(1);
+    (0..n).map(move |k| {
+        let pos = match (k == 0, k + 1 == n) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, true) => Position::Last,
+            (false, false) => Position::Middle,
+        };
+        (pos, &data[(k * MTU).min(data.len())..((k + 1) * MTU).min(data.len())])
+    })
 }
 
 /// Writes request `w` (its payload `data`, empty for READ and atomics) of a QP with GIDs `sgid`
@@ -117,13 +114,8 @@ pub fn request(
     w: &SendWqe,
     data: &[u8],
 ) -> Option<(u32, u32)> {
-    let (src, dst) = (addr(sgid), addr(dgid));
-    if matches!(src.ip(), IpAddr::V4(_)) != matches!(dst.ip(), IpAddr::V4(_)) {
-        return None; // no IP packet carries one address of each family
-    }
-    let flow = Flow::new(src, dst)?;
     let first = *psn;
-    let mut out = Out { flow, src, dst, buf: vec![0u8; MTU + 128], psn: *psn };
+    let mut out = Out::new(sgid, dgid, first)?;
     let mut pkt = Packet::new(0, dest_qpn, 0, &[]);
     pkt.bth.set_ack_req(true);
     match w.opcode {
@@ -144,11 +136,8 @@ pub fn request(
         }
         code => {
             let is_send = matches!(code, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV);
-            let pieces = data.len().div_ceil(MTU).max(1);
-            for k in 0..pieces {
-                let piece = &data[(k * MTU).min(data.len())..((k + 1) * MTU).min(data.len())];
-                let ends = k + 1 == pieces;
-                let pos = position(k, pieces);
+            for (pos, piece) in pieces(data) {
+                let ends = matches!(pos, Position::Only | Position::Last);
                 let extra = match code {
                     _ if !ends => Extra::None,
                     IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM => Extra::Imm,
@@ -194,7 +183,7 @@ pub fn datagram(sgid: &[u8; 16], dgid: &[u8; 16], pkt: &Packet<'_>) {
     }
 }
 
-/// Where the packets of one request go.
+/// Where the packets of one request (or its response) go.
 struct Out {
     flow: Flow,
     src: SocketAddr,
@@ -205,6 +194,17 @@ struct Out {
 }
 
 impl Out {
+    /// From the GID `from` to `to`, the first packet at `psn`; `None` for addresses of two
+    /// families, which no IP packet carries.
+    fn new(from: &[u8; 16], to: &[u8; 16], psn: u32) -> Option<Out> {
+        let (src, dst) = (addr(from), addr(to));
+        if matches!(src.ip(), IpAddr::V4(_)) != matches!(dst.ip(), IpAddr::V4(_)) {
+            return None;
+        }
+        let flow = Flow::new(src, dst)?;
+        Some(Out { flow, src, dst, buf: vec![0u8; MTU + 128], psn })
+    }
+
     fn emit(&mut self, pkt: &mut Packet<'_>) {
         pkt.bth.set_psn(self.psn);
         if let Ok(n) = roce::encode(pkt, &self.flow, &mut self.buf) {

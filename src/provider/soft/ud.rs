@@ -172,10 +172,15 @@ impl SoftQp {
     /// progress thread's retry timer, whose epoll timeout counts in milliseconds). Whether
     /// anything moved.
     pub(super) fn progress_ud(&self) -> bool {
-        // What waits at our socket is read here too: a polling receiver need not wait for the
-        // progress thread to wake for each datagram.
-        let mut did = self.receive_datagrams();
-        if !self.lock_state().ud_backlog.is_empty() {
+        let (expects, held) = {
+            let st = self.lock_state();
+            (self.has_recv(&st), !st.ud_backlog.is_empty())
+        };
+        // What waits at our socket is read here too, so a polling receiver need not wait for
+        // the progress thread to wake for each datagram. One system call per poll, paid only
+        // by a QP with a receive posted (without one, what arrives would be dropped anyway).
+        let mut did = expects && self.receive_datagrams();
+        if held {
             self.retry_ud_backlog(false);
             did = true;
         }
