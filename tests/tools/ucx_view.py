@@ -12,7 +12,12 @@ acceptance item), with Debian's unmodified ucx-utils:
 3. as an unprivileged user (nobody, through setpriv; root only) the view comes from a user
    namespace: ucx_info -d lists rc_verbs on soft0:1; and where user namespaces are
    unavailable (nobody in a user namespace of our own whose user.max_user_namespaces is 0),
-   rdmashim says so in one line and runs the program without the view, its exit status kept;
+   rdmashim says so in one line and shows the view by interposition (librdmashim-view.so):
+   the program sees it, ucx_info -d lists rc_verbs on soft0:1, its exit status is kept;
+   without root this case is `--device-view interpose`, which every mode also runs: the view
+   matches devinfo, ucx_info -d lists both transports, ucx_perftest tag_bw passes over
+   rc_verbs,ud_verbs, and the launcher keeps the program's exit status or signal and removes
+   its view directory afterwards;
 4. with UCX_TLS=rc_verbs alone, ucx_perftest either passes or stops at UCX's own wireup rule
    ("no auxiliary transport": rc_verbs connects endpoint to endpoint, and UCX exchanges those
    addresses over a connect-to-interface transport such as ud_verbs), never at anything else;
@@ -65,10 +70,11 @@ def ucx_info(tool, mode, *opts, user=None):
     return set(re.findall(r"Transport: (\S+)\s*\n#\s+Device: (\S+)", r.stdout)), r
 
 
-def run_pair(tool, mode, env, args):
+def run_pair(tool, mode, env, args, view="auto"):
     """ucx_perftest ARGS as server and client through `rdmashim run`: (client, server output,
     server exit status)."""
-    base = [tool, "run", "--mode", mode, "--", "ucx_perftest", *args, "-p", str(free_port())]
+    base = [tool, "run", "--mode", mode, "--device-view", view, "--", "ucx_perftest", *args,
+            "-p", str(free_port())]
     server = subprocess.Popen(base, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
     try:
@@ -88,12 +94,13 @@ def run_pair(tool, mode, env, args):
     return client, out, server.returncode
 
 
-def perftest(tool, mode, tls, test):
+def perftest(tool, mode, tls, test, view="auto"):
     env = clean_env(UCX_TLS=tls, UCX_NET_DEVICES="soft0:1", UCX_LOG_LEVEL="info")
-    client, out, server_rc = run_pair(tool, mode, env, ["-t", test, "-n", "2000", "-s", "4096"])
+    client, out, server_rc = run_pair(tool, mode, env, ["-t", test, "-n", "2000", "-s", "4096"],
+                                      view)
     text = client.stdout + client.stderr
     tl = tls.split(",")[0]
-    what = f"{test} over UCX_TLS={tls} ({mode})"
+    what = f"{test} over UCX_TLS={tls} ({mode}, device view {view})"
     check(client.returncode == 0 and server_rc == 0 and "Final:" in client.stdout,
           f"{what}: both sides exit 0 with final figures")
     lanes = re.findall(r"ep_cfg\[\d+\]: (.*)", text + out)
@@ -119,7 +126,7 @@ def perftest_rc_alone(tool, mode):
         print(text[-2000:])
 
 
-def view_matches_devinfo(tool):
+def view_matches_devinfo(tool, view):
     """The view's node_guid, link_layer and GIDs against `rdmashim devinfo`."""
     info = subprocess.run([tool, "devinfo"], env=clean_env(), capture_output=True, text=True,
                           timeout=60).stdout
@@ -127,14 +134,14 @@ def view_matches_devinfo(tool):
     script = (f"cat {d}/node_guid {d}/ports/1/link_layer; "
               f"for f in {d}/ports/1/gids/*; do i=${{f##*/}}; "
               f"t=$(cat {d}/ports/1/gid_attrs/types/$i 2>/dev/null); echo \"gid $i $(cat $f) $t\"; done")
-    r = subprocess.run([tool, "run", "--", "sh", "-c", script], env=clean_env(),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run([tool, "run", "--device-view", view, "--", "sh", "-c", script],
+                       env=clean_env(), capture_output=True, text=True, timeout=60)
     lines = r.stdout.splitlines()
     guid = re.search(r"node_guid:\s+(\S+)", info)
     link = re.search(r"link_layer:\s+(\S+)", info)
     check(len(lines) >= 2 and guid and lines[0] == guid.group(1) and link
           and lines[1] == link.group(1),
-          f"the view's node_guid and link_layer are devinfo's ({lines[:2]})")
+          f"the view's node_guid and link_layer are devinfo's ({view}: {lines[:2]})")
     want = {int(i): (ipaddress.IPv6Address(g), t)
             for i, g, t in re.findall(r"GID\[\s*(\d+)\]:\s+([^,\s]+), (.+)", info)}
     got = {}
@@ -142,7 +149,8 @@ def view_matches_devinfo(tool):
         m = re.match(r"gid (\d+) (\S+) ?(.*)$", l)
         if m and ipaddress.IPv6Address(m.group(2)) != ipaddress.IPv6Address("::"):
             got[int(m.group(1))] = (ipaddress.IPv6Address(m.group(2)), m.group(3))
-    check(want and got == want, f"the view's GIDs and their types are devinfo's ({len(want)} GIDs)")
+    check(want and got == want,
+          f"the view's GIDs and their types are devinfo's ({view}: {len(want)} GIDs)")
     if got != want:
         print("devinfo:", want, "\nview:", got)
 
@@ -177,17 +185,52 @@ sys.exit(os.waitstatus_to_exitcode(st))
 
 
 def without_userns(tool):
-    """As nobody in a user namespace whose user.max_user_namespaces is 0 (root only): the view
-    cannot be made, so rdmashim says so in one line and runs the program anyway, without it."""
-    prog = "test ! -e /sys/class/infiniband/soft0 && exit 7"
+    """As nobody in a user namespace whose user.max_user_namespaces is 0 (root only): no mount
+    namespace can be made, so rdmashim says so in one line and shows the view by interposition:
+    the program sees the device, and so does UCX."""
+    prog = "test -e /sys/class/infiniband/soft0 && test -c /dev/infiniband/uverbs0 && exit 7"
     r = subprocess.run([sys.executable, "-c", NO_USERNS, tool, "run", "--", "sh", "-c", prog],
                        env=clean_env(), capture_output=True, text=True, timeout=60)
-    said = [l for l in r.stderr.splitlines() if "running without the device view" in l]
-    check(r.returncode == 7 and len(said) == 1 and "max_user_namespaces" in said[0],
-          f"where user namespaces are unavailable the program runs without the view, "
-          f"exit status kept, one line on stderr ({r.returncode}, {said})")
+    said = [l for l in r.stderr.splitlines() if l.startswith("rdmashim:")]
+    check(r.returncode == 7 and len(said) == 1 and "device view by interposition" in said[0]
+          and "max_user_namespaces" in said[0],
+          f"where user namespaces are unavailable the program sees the view by interposition, "
+          f"exit status kept, one line on stderr saying why ({r.returncode}, {said})")
     if r.returncode != 7:
         print(r.stderr[-2000:])
+    r = subprocess.run([sys.executable, "-c", NO_USERNS, tool, "run", "--", "ucx_info", "-d"],
+                       env=clean_env(), capture_output=True, text=True, timeout=60)
+    found = set(re.findall(r"Transport: (\S+)\s*\n#\s+Device: (\S+)", r.stdout))
+    check(("rc_verbs", "soft0:1") in found,
+          "where user namespaces are unavailable ucx_info -d (as nobody) lists rc_verbs on soft0:1")
+
+
+def interposed_launcher(tool):
+    """`--device-view interpose`: the program's exit status and the signal that ends it are the
+    launcher's; the view directory is gone afterwards, also when the program was killed."""
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="rdmashim-tmp-")
+    env = clean_env(TMPDIR=tmp)
+    run = [tool, "run", "--device-view", "interpose", "--", "sh", "-c"]
+    r = subprocess.run(run + ["test -e /sys/class/infiniband/soft0 && exit 7"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 7 and not os.listdir(tmp),
+          f"interposed view: the program sees the device, its exit status (7) is ours, and the "
+          f"view directory is removed ({r.returncode}, left: {os.listdir(tmp)})")
+    r = subprocess.run(run + ["kill -TERM $$"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == -15 and not os.listdir(tmp),
+          f"interposed view: a program killed by SIGTERM ends the launcher by SIGTERM, view "
+          f"directory removed ({r.returncode}, left: {os.listdir(tmp)})")
+    p = subprocess.Popen(run + ["echo up; exec sleep 30"], env=env, stdout=subprocess.PIPE,
+                         text=True)
+    p.stdout.readline()
+    p.terminate()  # to the launcher alone: it passes it on
+    rc = p.wait(timeout=30)
+    check(rc == -15 and not os.listdir(tmp),
+          f"interposed view: SIGTERM to the launcher reaches the program, view directory "
+          f"removed ({rc}, left: {os.listdir(tmp)})")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def host_state():
@@ -211,21 +254,25 @@ def main():
         if not shutil.which(prog):
             print(f"SKIP: {prog} is not installed (Debian: ucx-utils)")
             return 77
-    probe = subprocess.run([tool, "run", "--", "true"], env=clean_env(), capture_output=True,
-                           text=True, timeout=60)
+    probe = subprocess.run([tool, "run", "--device-view", "mount", "--", "true"],
+                           env=clean_env(), capture_output=True, text=True, timeout=60)
+    views = ["mount", "interpose"]
     if "running without the device view" in probe.stderr:
         # No namespace for us here (user namespaces disabled, a seccomp policy, root without
-        # CAP_SYS_ADMIN): the view cannot exist, which is the case `without_userns` checks.
-        print("SKIP: this machine gives no mount namespace: " + probe.stderr.strip())
-        return 77
+        # CAP_SYS_ADMIN): the view comes by interposition only.
+        print("note: no mount namespace here, so the interposed view only: " + probe.stderr.strip())
+        views = ["interpose"]
     before = host_state()
-    view_matches_devinfo(tool)
+    for view in views:
+        view_matches_devinfo(tool, view)
+    interposed_launcher(tool)
     for mode in ("preload", "dropin"):
-        found, r = ucx_info(tool, mode)
-        check(("rc_verbs", "soft0:1") in found and ("ud_verbs", "soft0:1") in found,
-              f"ucx_info -d lists rc_verbs and ud_verbs on soft0:1 ({mode})")
-        if "rdmashim: running without the device view" in r.stderr:
-            print(r.stderr)
+        for view in views:
+            found, r = ucx_info(tool, mode, "--device-view", view)
+            check(("rc_verbs", "soft0:1") in found and ("ud_verbs", "soft0:1") in found,
+                  f"ucx_info -d lists rc_verbs and ud_verbs on soft0:1 ({mode}, device view {view})")
+            if "rdmashim: running without the device view" in r.stderr:
+                print(r.stderr)
         if mode == "dropin":
             # The loader's own account of what ucx_info (and UCX's libuct_ib) loaded.
             r = subprocess.run([tool, "run", "--mode", mode, "--", "ucx_info", "-d"],
@@ -241,6 +288,7 @@ def main():
         for tls in ("rc_verbs,ud_verbs", "ud_verbs"):
             for test in ("tag_lat", "tag_bw", "ucp_put_bw"):
                 perftest(tool, mode, tls, test)
+        perftest(tool, mode, "rc_verbs,ud_verbs", "tag_bw", view="interpose")
         perftest_rc_alone(tool, mode)
     if os.geteuid() == 0 and shutil.which("setpriv"):
         # nobody may not reach the build tree (a clone in a private directory): a copy it can.
@@ -250,7 +298,7 @@ def main():
         build = os.path.dirname(tool)
         for f in os.listdir(build):
             src = os.path.join(build, f)
-            if (f == "rdmashim" or f.startswith("librdmashim.so")) and os.path.isfile(src):
+            if (f == "rdmashim" or f.startswith("librdmashim")) and os.path.isfile(src):
                 shutil.copy2(os.path.join(build, f), pub, follow_symlinks=True)
         found, r = ucx_info(os.path.join(pub, "rdmashim"), "preload", user="65534")
         without_userns(os.path.join(pub, "rdmashim"))

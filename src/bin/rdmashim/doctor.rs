@@ -155,11 +155,26 @@ fn user_namespaces(r: &mut Report) {
     let unpriv = std::fs::read_to_string("/proc/sys/kernel/unprivileged_userns_clone").ok();
     let what = "user namespaces";
     match (max.as_deref().map(str::trim), unpriv.as_deref().map(str::trim)) {
-        (Some("0"), _) => r.note(what, "disabled (max_user_namespaces is 0)".into()),
-        (_, Some("0")) => {
-            r.note(what, "unprivileged ones are disabled (unprivileged_userns_clone is 0)".into())
-        }
-        (Some(n), _) => r.ok(what, format!("available (max_user_namespaces {n})")),
+        (Some("0"), _) => r.note(
+            what,
+            "disabled (max_user_namespaces is 0): `rdmashim run` shows the device view by \
+             interposition (librdmashim-view.so)"
+                .into(),
+        ),
+        (_, Some("0")) => r.note(
+            what,
+            "unprivileged ones are disabled (unprivileged_userns_clone is 0): `rdmashim run` \
+             shows the device view by interposition when not root"
+                .into(),
+        ),
+        (Some(n), _) => r.ok(
+            what,
+            format!(
+                "available (max_user_namespaces {n}): `rdmashim run` shows the device view in \
+                 a mount namespace of its own (a seccomp or LSM policy may still refuse one; \
+                 then by interposition)"
+            ),
+        ),
         _ => r.note(what, "not reported by this kernel".into()),
     }
 }

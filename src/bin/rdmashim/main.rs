@@ -2,7 +2,8 @@
 //!
 //! * `rdmashim run [--mode preload|dropin] [--trace FILE] [--pcap FILE] [--faults SPEC]
 //!   [--provider NAME] -- PROGRAM ARGS…`
-//!   runs an unmodified program on rdmashim; its exit status is the program's (we exec it).
+//!   runs an unmodified program on rdmashim; its exit status is the program's (we exec it,
+//!   or wait for it when the device view is interposed).
 //! * `rdmashim devinfo` prints what `ibv_devinfo -v` prints for the device, through the same
 //!   verbs calls a program makes (this binary links the library itself).
 //! * `rdmashim doctor` explains which paths this machine offers and why.
@@ -12,6 +13,7 @@
 mod device;
 mod devinfo;
 mod doctor;
+mod interposed;
 mod libdir;
 mod view;
 
@@ -31,7 +33,8 @@ commands:
 
 const RUN_USAGE: &str = "\
 usage: rdmashim run [--mode preload|dropin] [--trace FILE] [--pcap FILE] [--faults SPEC]
-                    [--provider NAME] [--no-device-view] [--lib-dir DIR] -- PROGRAM [ARGS...]
+                    [--provider NAME] [--device-view auto|mount|interpose|none]
+                    [--lib-dir DIR] -- PROGRAM [ARGS...]
 
 Runs PROGRAM unmodified on rdmashim and exits with its status.
   --mode preload   LD_PRELOAD=<lib-dir>/librdmashim.so (default): the program's own librdmacm
@@ -44,16 +47,20 @@ Runs PROGRAM unmodified on rdmashim and exits with its status.
   --pcap FILE      RDMASHIM_PCAP=FILE: the RoCEv2 packets the program sends and receives on
                    the network path (data, UD, CM MADs), as Ethernet frames in a pcap file
                    appended to FILE (%p: the process ID); read it with tshark -r FILE
-                   -d udp.port==PORT,infiniband for the QPs' ports. The same-host path is not
-                   captured yet
+                   -d udp.port==PORT,infiniband for the QPs' ports. The same-host path is
+                   written as the RoCEv2 packets it stands for
   --faults SPEC    RDMASHIM_FAULTS=SPEC: drop/duplicate/reorder/delay RoCEv2 packets, e.g.
                    drop=0.05,dup=0.05,reorder=0.05,delay=0.05:2ms (network path only)
   --provider NAME  RDMASHIM_PROVIDER=NAME (auto, soft: the embedded provider, native)
-  --no-device-view do not show the device where frameworks look for it. By default the
-                   program runs in a private mount namespace (a user namespace too when not
-                   root) where /sys/class/infiniband/<dev>, /sys/class/infiniband_verbs and
-                   /dev/infiniband/uverbs0 describe the device; nothing changes outside it.
-                   Where namespaces are unavailable, the program runs without the view
+  --device-view HOW
+                   how to show the device where frameworks look for it:
+                   /sys/class/infiniband/<dev>, /sys/class/infiniband_verbs and
+                   /dev/infiniband/uverbs0, for the program only (nothing changes outside it).
+                   mount: a private mount namespace (a user namespace too when not root);
+                   interpose: librdmashim-view.so, preloaded, sends the program's file calls
+                   under those directories to a private copy (dynamically linked programs,
+                   through libc); auto (default): mount, else interpose; none: no view
+  --no-device-view the same as --device-view none
   --lib-dir DIR    where librdmashim.so and dropin/ are (default: found next to this command,
                    then in ../lib, ../lib/<multiarch>, then the directory it was installed to)
 ";
@@ -117,7 +124,7 @@ fn run(args: Vec<OsString>) -> ExitCode {
     let mut pcap: Option<OsString> = None;
     let mut provider: Option<OsString> = None;
     let mut lib_dir: Option<std::path::PathBuf> = None;
-    let mut device_view = true;
+    let mut device_view = "auto".to_string();
     let mut it = args.into_iter();
     let mut program: Vec<OsString> = Vec::new();
     while let Some(a) = it.next() {
@@ -141,9 +148,19 @@ fn run(args: Vec<OsString>) -> ExitCode {
             Some("--provider") => value("--provider").map(|v| provider = Some(v)),
             Some("--lib-dir") => value("--lib-dir").map(|v| lib_dir = Some(v.into())),
             Some("--no-device-view") => {
-                device_view = false;
+                device_view = "none".into();
                 Ok(())
             }
+            Some("--device-view") => value("--device-view").and_then(|v| match v.to_str() {
+                Some(h @ ("auto" | "mount" | "interpose" | "none")) => {
+                    device_view = h.to_string();
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "--device-view must be auto, mount, interpose or none, not {}",
+                    v.to_string_lossy()
+                )),
+            }),
             Some(s) if s.starts_with('-') => Err(format!("unknown option {s}")),
             _ => {
                 // The program may also follow the options without `--`.
@@ -190,7 +207,8 @@ fn run(args: Vec<OsString>) -> ExitCode {
     if let Some(p) = pcap {
         cmd.env("RDMASHIM_PCAP", p);
     }
-    if device_view {
+    let mut tree = None;
+    if device_view != "none" {
         // The view reads the device in this process: it must see what the program will.
         if let Some(p) =
             cmd.get_envs().find(|(k, _)| *k == "RDMASHIM_PROVIDER").and_then(|(_, v)| v)
@@ -201,15 +219,44 @@ fn run(args: Vec<OsString>) -> ExitCode {
         // soft device only.
         let native = rdmashim::provider::native::mode() == rdmashim::provider::native::Mode::Native;
         if !native {
-            if let Err(why) = view::enter() {
-                eprintln!("rdmashim: running without the device view ({why})");
-            }
+            tree = match show_view(&device_view, &dir, &mut cmd) {
+                Ok(t) => t,
+                Err(why) => {
+                    eprintln!("rdmashim: running without the device view ({why})");
+                    None
+                }
+            };
         }
+    }
+    if let Some(tree) = tree {
+        return interposed::run(cmd, tree, &prog.to_string_lossy());
     }
     // exec replaces this process, so the program's exit status (or signal) is ours.
     let err = cmd.exec();
     eprintln!("rdmashim: cannot run {}: {err}", prog.to_string_lossy());
     ExitCode::from(if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+}
+
+/// Shows the device view `how` (auto, mount, interpose) to the program `cmd` will run: a mount
+/// namespace entered here, or a tree for `librdmashim-view.so` (returned: it lives as long as
+/// the program). Auto falls back to interposition, saying why in one line.
+fn show_view(
+    how: &str,
+    lib_dir: &std::path::Path,
+    cmd: &mut Command,
+) -> Result<Option<interposed::Tree>, String> {
+    if how != "interpose" {
+        match view::enter() {
+            Ok(()) => return Ok(None),
+            Err(why) if how == "mount" => return Err(why),
+            Err(why) => {
+                let tree = interposed::prepare(lib_dir, cmd).map_err(|e| format!("{why}; {e}"))?;
+                eprintln!("rdmashim: device view by interposition ({why})");
+                return Ok(Some(tree));
+            }
+        }
+    }
+    interposed::prepare(lib_dir, cmd).map(Some)
 }
 
 /// `first` followed by the current value of `var`, if it has one.

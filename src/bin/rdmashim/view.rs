@@ -23,14 +23,31 @@ pub fn enter() -> Result<(), String> {
     new_namespace()?;
     let (name, files) = device_files()?;
     cover("/sys/class", &["infiniband", "infiniband_verbs"])?;
-    for (path, content) in &files {
-        write(path, content)?;
-    }
-    net_links(&name)?;
+    populate("", &name, &files)?;
     cover("/dev", &["infiniband"])?;
     fs::create_dir_all("/dev/infiniband").map_err(|e| format!("/dev/infiniband: {e}"))?;
     fs::write("/dev/infiniband/uverbs0", b"").map_err(|e| format!("uverbs0: {e}"))?;
     bind("/dev/null", "/dev/infiniband/uverbs0", false)
+}
+
+/// Writes the view under `root` (a private directory of ours), for `librdmashim-view.so` to
+/// redirect the program's file calls to: the same files, and `/dev/infiniband/uverbs0` a
+/// symlink to `/dev/null` (a character device, as frameworks check; making one needs root).
+pub fn write_tree(root: &str) -> Result<(), String> {
+    let (name, files) = device_files()?;
+    populate(root, &name, &files)?;
+    let dev = format!("{root}/dev/infiniband");
+    fs::create_dir_all(&dev).map_err(|e| format!("{dev}: {e}"))?;
+    std::os::unix::fs::symlink("/dev/null", format!("{dev}/uverbs0"))
+        .map_err(|e| format!("{dev}/uverbs0: {e}"))
+}
+
+/// Writes the device's `files` and its `device/net` links under `root` ("" in the namespace).
+fn populate(root: &str, name: &str, files: &[(String, String)]) -> Result<(), String> {
+    for (path, content) in files {
+        write(&format!("{root}{path}"), content)?;
+    }
+    net_links(root, name)
 }
 
 /// A mount namespace of our own, with no propagation back to the host.
@@ -187,13 +204,14 @@ pub fn device_files() -> Result<(String, Vec<(String, String)>), String> {
     Ok((name, f))
 }
 
-/// `device/net/<ifname>`: links from the device to the interfaces its GIDs come from.
-fn net_links(name: &str) -> Result<(), String> {
+/// `device/net/<ifname>` under `root`: links from the device to the interfaces its GIDs come
+/// from.
+fn net_links(root: &str, name: &str) -> Result<(), String> {
     let mut names: Vec<String> =
         super::doctor::interfaces().unwrap_or_default().into_iter().map(|(n, _)| n).collect();
     names.sort();
     names.dedup();
-    let dir = format!("/sys/class/infiniband/{name}/device/net");
+    let dir = format!("{root}/sys/class/infiniband/{name}/device/net");
     fs::create_dir_all(&dir).map_err(|e| format!("{dir}: {e}"))?;
     for n in names {
         let link = format!("{dir}/{n}");
