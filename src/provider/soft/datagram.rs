@@ -1,13 +1,11 @@
 //! Datagrams between UD QPs of one host: a unix datagram sent to the socket that owns the
 //! destination QPN carries one message, or, when a full destination's held messages go at once
 //! (`ud_backlog`), several back to back, each a [`UdHdr`] and its payload ([`messages`]).
-//! Multicast membership is bound marker sockets (`rdmashim/mc/<mgid>/<qpn>`) that senders list
-//! in /proc/net/unix.
+//! Who belongs to a multicast group is [`super::groups`]' to say.
 
 use super::link::qp_name;
-use crate::errno::Result;
 use crate::runtime::unix::{self, Pod};
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::RawFd;
 
 const MAGIC: u32 = 0x5244_5544; // "RDUD"
 /// The message carries immediate data.
@@ -83,23 +81,14 @@ pub fn offer(sock: RawFd, dst_qpn: u32, parts: &[&[u8]]) -> bool {
     unix::send_dgram(sock, &qp_name(dst_qpn), parts) != Err(crate::Errno::EAGAIN)
 }
 
-fn group_prefix(mgid: &[u8; 16]) -> String {
-    let hex: String = mgid.iter().map(|b| format!("{b:02x}")).collect();
-    format!("rdmashim/mc/{hex}/")
-}
-
-/// Marks `qpn` as attached to the group `mgid` for as long as the returned socket lives.
-pub fn join(mgid: &[u8; 16], qpn: u32) -> Result<OwnedFd> {
-    unix::bind_dgram(&format!("{}{qpn:06x}", group_prefix(mgid)))
-}
-
-/// The QPNs attached to `mgid` on this host.
-pub fn members(mgid: &[u8; 16]) -> Vec<u32> {
-    let prefix = group_prefix(mgid);
-    unix::bound_names(&prefix)
-        .iter()
-        .filter_map(|n| u32::from_str_radix(&n[prefix.len()..], 16).ok())
-        .collect()
+/// [`offer`] to `dst_qpn` as a member of the group `mgid`: a member found gone (its socket
+/// closed) is dropped from this process's list of the group.
+pub fn offer_member(sock: RawFd, mgid: &[u8; 16], dst_qpn: u32, parts: &[&[u8]]) -> bool {
+    let r = unix::send_dgram(sock, &qp_name(dst_qpn), parts);
+    if r == Err(crate::Errno::ECONNREFUSED) {
+        super::groups::gone(mgid, dst_qpn);
+    }
+    r != Err(crate::Errno::EAGAIN)
 }
 
 #[cfg(test)]

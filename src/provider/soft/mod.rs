@@ -25,6 +25,7 @@
 
 pub mod datagram;
 pub mod direct;
+pub mod groups;
 pub mod link;
 pub mod net;
 pub mod qp;

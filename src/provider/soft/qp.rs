@@ -178,6 +178,11 @@ impl SoftQp {
         &self.listener
     }
 
+    /// Whether this QP is attached to the multicast group `gid`.
+    pub(super) fn attached(&self, gid: &[u8; 16]) -> bool {
+        lock(&self.st).mcast.iter().any(|(g, ..)| g == gid)
+    }
+
     pub(super) fn block_self_mcast(&self) -> bool {
         self.block_self_mcast.load(Ordering::Relaxed)
     }
@@ -437,7 +442,7 @@ impl TransportQp for SoftQp {
         if st.mcast.iter().any(|(g, ..)| *g == gid) {
             return Ok(());
         }
-        let marker = super::datagram::join(&gid, self.qpn)?;
+        let marker = super::groups::join(&gid, self.qpn)?;
         let net = super::net::mcast::join(&gid, self.qpn).ok();
         st.mcast.push((gid, marker, net));
         Ok(())
@@ -451,6 +456,8 @@ impl TransportQp for SoftQp {
         if st.mcast.len() == before {
             return Err(Errno::EINVAL);
         }
+        drop(st);
+        super::groups::left(&gid, self.socket().as_raw_fd());
         Ok(())
     }
 

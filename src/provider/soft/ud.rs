@@ -89,7 +89,7 @@ impl SoftQp {
         // Destinations on this host: the QPN, or the group's members here.
         let members;
         let local: &[u32] = if ud.remote_qpn == MCAST_QPN {
-            members = datagram::members(&dgid);
+            members = super::groups::members(&dgid);
             &members
         } else if self.is_remote(st, &dgid) {
             self.send_ud_net(&h, sgid, dgid, payload);
@@ -103,10 +103,13 @@ impl SoftQp {
         // Behind a held request everything waits its turn (completions keep send-queue order);
         // otherwise each destination is offered the datagram now, and the full ones are held.
         let sock = self.socket().as_raw_fd();
-        let full: Vec<u32> = if st.ud_backlog.is_empty() {
-            local.filter(|&m| !datagram::offer(sock, m, &[h.as_bytes(), payload])).collect()
-        } else {
+        let parts = [h.as_bytes(), payload];
+        let full: Vec<u32> = if !st.ud_backlog.is_empty() {
             local.collect()
+        } else if ud.remote_qpn == MCAST_QPN {
+            local.filter(|&m| !datagram::offer_member(sock, &dgid, m, &parts)).collect()
+        } else {
+            local.filter(|&m| !datagram::offer(sock, m, &parts)).collect()
         };
         let mut on_net = false;
         if ud.remote_qpn == MCAST_QPN {
@@ -249,8 +252,13 @@ impl SoftQp {
         got
     }
 
-    /// One message of a datagram: into the next posted receive, or dropped.
+    /// One message of a datagram: into the next posted receive, or dropped. A multicast one
+    /// is taken only while this QP is attached to its group (a sender's list of members may
+    /// lag a detach).
     fn receive_one(&self, h: &UdHdr, payload: &[u8]) {
+        if h.dst_qpn == MCAST_QPN && !self.attached(&h.dgid) {
+            return;
+        }
         let d = UdIn {
             qkey: h.qkey,
             src_qpn: h.src_qpn,
