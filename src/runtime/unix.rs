@@ -136,6 +136,26 @@ pub fn set_nonblocking(fd: RawFd) -> Result<()> {
 
 const MAX_FDS: usize = 4;
 
+/// Attaches `fds` (at most `MAX_FDS`) to `msg` as one `SCM_RIGHTS` message in `cbuf`.
+fn attach_fds(msg: &mut libc::msghdr, cbuf: &mut [u64; 8], fds: &[RawFd]) {
+    if fds.is_empty() {
+        return;
+    }
+    let bytes = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE is a pure computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(bytes) } as usize;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    // SAFETY: msg_control points at cbuf, large enough for one cmsg with MAX_FDS fds (the
+    // callers check the count).
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(bytes) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast(), fds.len());
+    }
+}
+
 /// Sends one message with up to four descriptors attached, without waiting: `EAGAIN` means the
 /// peer has let hundreds of our messages pile up unread (the protocols send a handful); the
 /// message is then not sent, which only harms that peer's own connection, instead of our
@@ -148,20 +168,7 @@ pub fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if !fds.is_empty() {
-        let bytes = std::mem::size_of_val(fds) as u32;
-        // SAFETY: CMSG_SPACE is a pure computation.
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(bytes) } as usize;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        // SAFETY: msg_control points at cbuf, large enough for one cmsg with MAX_FDS fds.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(bytes) as usize;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast(), fds.len());
-        }
-    }
+    attach_fds(&mut msg, &mut cbuf, fds);
     loop {
         // SAFETY: msg describes valid buffers for the duration of the call.
         let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
@@ -262,6 +269,14 @@ pub fn bind_dgram(name: &str) -> Result<OwnedFd> {
 
 /// Sends one datagram made of `parts` to the socket bound to `name`.
 pub fn send_dgram(fd: RawFd, name: &str, parts: &[&[u8]]) -> Result<()> {
+    send_dgram_fds(fd, name, parts, &[])
+}
+
+/// [`send_dgram`] with descriptors attached (at most `MAX_FDS`).
+pub fn send_dgram_fds(fd: RawFd, name: &str, parts: &[&[u8]], fds: &[RawFd]) -> Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(Errno::EINVAL);
+    }
     let (mut a, len) = sockaddr(name)?;
     let mut iov: Vec<libc::iovec> = parts
         .iter()
@@ -273,6 +288,8 @@ pub fn send_dgram(fd: RawFd, name: &str, parts: &[&[u8]]) -> Result<()> {
     msg.msg_namelen = len;
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len();
+    let mut cbuf = [0u64; 8];
+    attach_fds(&mut msg, &mut cbuf, fds);
     // SAFETY: msg describes valid buffers for the duration of the call.
     check_size(unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) })
         .map(|_| ())
@@ -281,8 +298,20 @@ pub fn send_dgram(fd: RawFd, name: &str, parts: &[&[u8]]) -> Result<()> {
 /// Receives one datagram without blocking; `Ok(None)` when none is pending. Also returns the
 /// sender's user id as the kernel recorded it (`None` if the credentials are missing).
 pub fn recv_dgram(fd: RawFd, buf: &mut [u8]) -> Result<Option<(usize, Option<u32>)>> {
+    Ok(recv_dgram_fds(fd, buf)?.map(|(n, uid, _fds)| (n, uid)))
+}
+
+/// A received datagram: its length, the sender's user id as the kernel recorded it, and the
+/// descriptors attached.
+pub type Dgram = (usize, Option<u32>, Vec<OwnedFd>);
+
+/// [`recv_dgram`], keeping the descriptors attached (the caller closes those it does not use,
+/// by dropping them).
+pub fn recv_dgram_fds(fd: RawFd, buf: &mut [u8]) -> Result<Option<Dgram>> {
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let mut cbuf = [0u64; 8];
+    // Room for the credentials and MAX_FDS descriptors; more are cut off (MSG_CTRUNC) and
+    // closed by the kernel.
+    let mut cbuf = [0u64; 16];
     // SAFETY: all-zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -299,6 +328,7 @@ pub fn recv_dgram(fd: RawFd, buf: &mut [u8]) -> Result<Option<(usize, Option<u32
         Err(e) => return Err(e),
     };
     let mut uid = None;
+    let mut fds = Vec::new();
     // SAFETY: the kernel filled msg_control; the CMSG macros walk it within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -311,17 +341,16 @@ pub fn recv_dgram(fd: RawFd, buf: &mut [u8]) -> Result<Option<(usize, Option<u32
                 let cred: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
                 uid = Some(cred.uid);
             } else if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                // Descriptors nobody asked for: close them.
                 let data_len = (*c).cmsg_len - libc::CMSG_LEN(0) as usize;
                 let p: *const RawFd = libc::CMSG_DATA(c).cast();
                 for i in 0..data_len / std::mem::size_of::<RawFd>() {
-                    drop(OwnedFd::from_raw_fd(p.add(i).read_unaligned()));
+                    fds.push(OwnedFd::from_raw_fd(p.add(i).read_unaligned()));
                 }
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok(Some((n, uid)))
+    Ok(Some((n, uid, fds)))
 }
 
 /// The abstract names of the unix sockets bound on this host (network namespace) that start

@@ -40,6 +40,7 @@ pub mod transport;
 mod ud;
 mod ud_backlog;
 mod ud_net;
+mod ud_ring;
 mod wqe;
 
 use crate::errno::Result;

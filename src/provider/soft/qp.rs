@@ -52,6 +52,8 @@ pub struct Inner {
     pub(super) ud_remote: Vec<([u8; 16], bool)>,
     /// UD: sends waiting for room at a full destination on this host.
     pub(super) ud_backlog: super::ud_backlog::Backlog,
+    /// UD: the shared-memory rings towards destinations on this host.
+    pub(super) ud_rings: super::ud_ring::Senders,
     /// XRC target: the receive side of the request being executed (see `rc_recv::rx_*`).
     pub(super) xrc_cur: Option<XrcTarget>,
     /// A capture of the ring path (`ring_capture`): the `sq_psn` its count started from, and
@@ -84,9 +86,10 @@ pub struct SoftQp {
     generation: u64,
     /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
     block_self_mcast: AtomicBool,
-    /// UD: the buffer datagrams are read into; one thread at a time holds it (the progress
-    /// thread, or an application polling a CQ), so datagrams are delivered in arrival order.
-    pub(super) ud_reading: Mutex<Vec<u8>>,
+    /// UD: the buffer datagrams are read into and the rings from same-host senders; one
+    /// thread at a time holds it (the progress thread, or an application polling a CQ), so
+    /// datagrams are delivered in arrival order.
+    pub(super) ud_reading: Mutex<super::ud_ring::Receivers>,
     st: Mutex<Inner>,
     pub(super) me: Weak<SoftQp>,
 }
@@ -126,7 +129,7 @@ impl SoftQp {
             _acceptor: acceptor,
             generation: fork::generation(),
             block_self_mcast: AtomicBool::new(false),
-            ud_reading: Mutex::new(Vec::new()),
+            ud_reading: Mutex::default(),
             st: Mutex::new(Inner {
                 state: QpState::Reset,
                 attr: QpAttrs::default(),
@@ -144,6 +147,7 @@ impl SoftQp {
                 net: None,
                 ud_remote: Vec::new(),
                 ud_backlog: Default::default(),
+                ud_rings: Default::default(),
                 xrc_cur: None,
                 capture_psn: None,
                 capture_msn: 0,
@@ -479,6 +483,10 @@ impl TransportQp for SoftQp {
         st.pending_hello = None;
         st.mcast.clear();
         st.ud_backlog.take_all();
+        st.ud_rings = Default::default();
+        drop(st);
+        // Our receiving rings close too: their senders go back to the (now refused) socket.
+        *self.ud_reading.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
     }
 }
 

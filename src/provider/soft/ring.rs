@@ -143,10 +143,16 @@ impl Ring {
     /// (impossible from an honest consumer) leaves no room rather than a wrapped count.
     /// At least one when there is room, `tail` is read only when the last reading shows none.
     pub fn free(&self) -> u64 {
+        self.free_for(1)
+    }
+
+    /// [`Ring::free`] for a producer that needs `want` slots: `tail` is read again when the
+    /// last reading shows fewer.
+    pub fn free_for(&self, want: u64) -> u64 {
         let head = self.ctl().head.value.load(Ordering::Relaxed);
         let room = |tail: u64| SLOTS.saturating_sub(head.wrapping_sub(tail));
         let free = room(self.seen.load(Ordering::Relaxed));
-        if free > 0 {
+        if free >= want {
             return free;
         }
         let tail = self.tail();
@@ -305,5 +311,9 @@ mod tests {
         assert_eq!(c.available(), Some(SLOTS));
         c.consume(1);
         assert_eq!(p.free(), 1);
+        // One free slot was last seen; a producer that needs two reads the tail again.
+        c.consume(2);
+        assert_eq!(p.free(), 1, "the reading is kept while it shows room");
+        assert_eq!(p.free_for(2), 3);
     }
 }

@@ -9,7 +9,7 @@ use super::ud_backlog::{Held, DROPPED_FULL, GRACE};
 use crate::errno::{Errno, Result};
 use crate::provider::{Completion, Payload, QpState, SendWqe, ACCESS_LOCAL_WRITE, GRH_LEN};
 use crate::runtime::access;
-use crate::runtime::engine::engine;
+use crate::runtime::engine::{engine, on_progress_thread};
 use crate::runtime::unix::{self, Pod};
 use crate::sys::*;
 use std::os::fd::AsRawFd;
@@ -109,7 +109,9 @@ impl SoftQp {
         } else if ud.remote_qpn == MCAST_QPN {
             local.filter(|&m| !datagram::offer_member(sock, &dgid, m, &parts)).collect()
         } else {
-            local.filter(|&m| !datagram::offer(sock, m, &parts)).collect()
+            let msgs = [(h, payload)];
+            let rings = &mut st.ud_rings;
+            local.filter(|&m| rings.offer(sock, self.qpn, m, &msgs, &parts) == 0).collect()
         };
         let mut on_net = false;
         if ud.remote_qpn == MCAST_QPN {
@@ -179,10 +181,13 @@ impl SoftQp {
             let st = self.lock_state();
             (self.has_recv(&st), !st.ud_backlog.is_empty())
         };
-        // What waits at our socket is read here too, so a polling receiver need not wait for
-        // the progress thread to wake for each datagram. One system call per poll, paid only
-        // by a QP with a receive posted (without one, what arrives would be dropped anyway).
-        let mut did = expects && self.receive_datagrams();
+        // What same-host senders wrote into their rings is taken here, with no system call
+        // (dropped if no receive is posted, as InfiniBand drops it on arrival). The socket is
+        // read too while datagrams come that way (and now and then), so a polling receiver
+        // need not wait for the progress thread to wake for each; only by a QP with a receive
+        // posted (without one, what waits there would be dropped anyway, and the progress
+        // thread, which watches the socket, does that).
+        let mut did = self.receive(expects && on_progress_thread(), expects);
         if held {
             self.retry_ud_backlog(false);
             did = true;
@@ -200,9 +205,17 @@ impl SoftQp {
         }
         let sock = self.socket().as_raw_fd();
         let (cq, qpn) = (&self.send_cq, self.qpn);
-        let next = st.ud_backlog.retry(
+        let Inner { ud_backlog, ud_rings, .. } = &mut *st;
+        let next = ud_backlog.retry(
             Instant::now(),
-            |d, parts| datagram::offer(sock, d, parts),
+            |d, parts| {
+                // Each part is one whole message (header and payload).
+                let msgs: Vec<(UdHdr, &[u8])> = parts
+                    .iter()
+                    .filter_map(|p| Some((UdHdr::from_bytes(p)?, p.get(HDR_LEN..)?)))
+                    .collect();
+                ud_rings.offer(sock, qpn, d, &msgs, parts)
+            },
             |h| {
                 for d in &h.dsts {
                     crate::trace::note(format_args!(
@@ -231,24 +244,46 @@ impl SoftQp {
     /// Takes the datagrams waiting at our socket and delivers them into posted receives;
     /// whether any came. Nothing if another thread is reading them (it delivers in order).
     pub(super) fn receive_datagrams(&self) -> bool {
-        let Ok(mut buf) = self.ud_reading.try_lock() else { return false };
-        if buf.is_empty() {
-            buf.resize(datagram::COALESCE_BYTES, 0);
+        self.receive(true, true)
+    }
+
+    /// [`Self::receive_datagrams`]; the socket is read if `socket`, or if `may_read` and a
+    /// polling application's turn comes (`ud_ring::Receivers::socket_due`).
+    fn receive(&self, socket: bool, may_read: bool) -> bool {
+        let Ok(mut r) = self.ud_reading.try_lock() else { return false };
+        let r = &mut *r;
+        if r.buf.len() < datagram::COALESCE_BYTES {
+            r.buf.resize(datagram::COALESCE_BYTES, 0);
         }
+        let sock = self.socket().as_raw_fd();
         let mut got = false;
+        let now = Instant::now();
+        let batch = if socket || (may_read && r.socket_due(now)) { MAX_BATCH } else { 0 };
         // At most a bounded batch per readiness event: a sender flooding this QP cannot keep
         // the progress thread here (the socket stays readable and is served again next round).
-        for _ in 0..MAX_BATCH {
-            let n = match unix::recv_dgram(self.socket().as_raw_fd(), &mut buf) {
-                Ok(Some((n, Some(uid)))) if access::allowed(uid) => n,
+        for _ in 0..batch {
+            let (n, fds) = match unix::recv_dgram_fds(sock, &mut r.buf) {
+                Ok(Some((n, Some(uid), fds))) if access::allowed(uid) => (n, fds),
                 Ok(Some(_)) => continue, // from a user we do not accept: dropped
                 _ => break,
             };
             got = true;
-            for (h, payload) in datagram::messages(&buf[..n.min(buf.len())]) {
+            r.socket_had_data(now);
+            let b = &r.buf[..n.min(r.buf.len())];
+            if super::ud_ring::is_setup(b) {
+                let b = b.to_vec();
+                if let Some((from, bell)) = r.setup(sock, self.qpn, &b, fds) {
+                    self.lock_state().ud_rings.accepted(sock, self.qpn, from, bell);
+                }
+                continue;
+            }
+            for (h, payload) in datagram::messages(b) {
                 self.receive_one(&h, payload);
             }
         }
+        // The rings, after the socket: what a sender sent by the socket before its ring
+        // started has been read (see `ud_ring`).
+        got |= r.drain(self.qpn, |h, payload| self.receive_one(h, payload));
         got
     }
 

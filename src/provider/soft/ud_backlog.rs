@@ -63,16 +63,16 @@ impl Backlog {
     }
 
     /// One retry at `now`: offers the held datagrams, front first, to the destinations they
-    /// still lack (`offer(d, parts)` says whether destination `d` took the datagram made of
-    /// `parts`; false means still full). A run of held datagrams for the same one destination
-    /// goes as one datagram of up to [`COALESCE_BYTES`] (a full queue is counted in datagrams,
-    /// not bytes). Requests that are through, or past their deadline (their remaining
+    /// still lack (`offer(d, parts)` says how many of the messages `parts` destination `d`
+    /// took, the first ones; 0 means still full). A run of held datagrams for the same one
+    /// destination is offered together, up to [`COALESCE_BYTES`] (a socket's full queue is
+    /// counted in datagrams, not bytes, so they go as one; a ring takes what fits). Requests that are through, or past their deadline (their remaining
     /// destinations counted as dropped), go to `done` in order; the first that must wait stops
     /// the pass. Returns the delay before the next retry, or `None` when nothing is held.
     pub fn retry(
         &mut self,
         now: Instant,
-        mut offer: impl FnMut(u32, &[&[u8]]) -> bool,
+        mut offer: impl FnMut(u32, &[&[u8]]) -> usize,
         mut done: impl FnMut(Held),
     ) -> Option<Duration> {
         let mut progressed = false;
@@ -80,15 +80,16 @@ impl Backlog {
             if let [d] = front.dsts[..] {
                 let run = self.run_for(d);
                 let parts: Vec<&[u8]> = self.q.iter().take(run).map(|h| &h.bytes[..]).collect();
-                if offer(d, &parts) {
-                    self.q.iter_mut().take(run).for_each(|h| h.dsts.clear());
+                let took = offer(d, &parts).min(run);
+                if took > 0 {
+                    self.q.iter_mut().take(took).for_each(|h| h.dsts.clear());
                     progressed = true;
                 }
             } else if let Some(h) = self.q.front_mut() {
                 // Several destinations (a multicast group's members here): each its own.
                 let before = h.dsts.len();
                 let Held { dsts, bytes, .. } = h;
-                dsts.retain(|&d| !offer(d, &[&bytes[..]]));
+                dsts.retain(|&d| offer(d, &[&bytes[..]]) == 0);
                 progressed |= dsts.len() < before;
             }
             let Some(h) = self.q.front() else { break };
@@ -159,7 +160,7 @@ mod tests {
             now,
             |d, parts| {
                 sent.push((d, parts.iter().map(|p| p[0]).collect()));
-                true
+                parts.len()
             },
             |h| out.push(h.wr_id),
         );
@@ -176,9 +177,9 @@ mod tests {
         b.hold(held(3, &[8], later));
         let mut out = Vec::new();
         // QP 7 is full: nothing completes, and the next retry backs off.
-        let w1 = b.retry(now, |d, _| d != 7, |h| out.push(h.wr_id));
+        let w1 = b.retry(now, |d, p| if d != 7 { p.len() } else { 0 }, |h| out.push(h.wr_id));
         assert!(out.is_empty());
-        let w2 = b.retry(now, |d, _| d != 7, |h| out.push(h.wr_id));
+        let w2 = b.retry(now, |d, p| if d != 7 { p.len() } else { 0 }, |h| out.push(h.wr_id));
         assert!(w2 > w1);
         // Room at 7: all three go, in order, and nothing is held.
         let (w, seen, done) = retry_with_room(&mut b, now);
@@ -211,6 +212,26 @@ mod tests {
         assert_eq!(sent, [(7, vec![1, 2, 3]), (8, vec![4]), (7, vec![5, 6]), (7, vec![7])]);
     }
 
+    /// A ring with room for part of a run takes its first messages: those complete, in order,
+    /// and the rest stay held.
+    #[test]
+    fn a_run_taken_in_part_completes_its_first_messages() {
+        let now = Instant::now();
+        let mut b = Backlog::default();
+        for wr_id in 1..=5 {
+            b.hold(held(wr_id, &[7], now + GRACE));
+        }
+        let (mut out, mut room) = (Vec::new(), 2);
+        let take = |_, p: &[&[u8]]| {
+            let n = p.len().min(room);
+            room -= n;
+            n
+        };
+        assert!(b.retry(now, take, |h| out.push(h.wr_id)).is_some());
+        assert_eq!(out, [1, 2]);
+        assert_eq!(b.take_all().len(), 3);
+    }
+
     /// A full destination refuses the whole run: nothing of it completes.
     #[test]
     fn a_refused_run_stays_held_whole() {
@@ -219,7 +240,7 @@ mod tests {
         b.hold(held(1, &[7], now + GRACE));
         b.hold(held(2, &[7], now + GRACE));
         let mut out = Vec::new();
-        assert!(b.retry(now, |_, _| false, |h| out.push(h.wr_id)).is_some());
+        assert!(b.retry(now, |_, _| 0, |h| out.push(h.wr_id)).is_some());
         assert!(out.is_empty());
         assert_eq!(b.take_all().len(), 2);
     }
@@ -234,7 +255,7 @@ mod tests {
             now,
             |d, _| {
                 offers.push(d);
-                d != 2
+                usize::from(d != 2)
             },
             |_| {},
         );
@@ -242,7 +263,7 @@ mod tests {
             now,
             |d, _| {
                 offers.push(d);
-                true
+                1
             },
             |_| {},
         );
@@ -258,7 +279,7 @@ mod tests {
         b.hold(held(2, &[5], now + GRACE));
         let before = DROPPED_FULL.load(Ordering::Relaxed);
         let mut out = Vec::new();
-        let w = b.retry(now, |d, _| d == 6, |h| out.push((h.wr_id, h.dsts.clone())));
+        let w = b.retry(now, |d, _| usize::from(d == 6), |h| out.push((h.wr_id, h.dsts.clone())));
         // Request 1 (deadline passed) completes with destination 5 dropped; 2 still waits.
         assert_eq!(out, [(1, vec![5])]);
         assert!(w.is_some());
