@@ -64,20 +64,33 @@ fn private_dir() -> Result<PathBuf, String> {
     Ok(PathBuf::from(OsString::from(String::from_utf8_lossy(&bytes).into_owned())))
 }
 
-/// The running program, for the signal handler to forward signals to.
+/// The running program, for the signal handler to forward signals to (0 before it starts).
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal that came before the program started, to pass on once it has.
+static PENDING: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int) {
-    let pid = CHILD.load(Ordering::Relaxed);
+    let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe and takes plain integers.
         unsafe { libc::kill(pid, sig) };
+    } else {
+        PENDING.store(sig, Ordering::SeqCst);
     }
 }
 
 /// Runs `cmd` as our child with the view `tree`, removes the tree when it ends, and exits as
 /// it did: its status, or the signal that killed it raised on ourselves.
 pub fn run(mut cmd: Command, tree: Tree, name: &str) -> ExitCode {
+    // What is sent to us alone goes on to the program: the handlers are in place before it
+    // starts (a signal meanwhile waits in PENDING), so none can end us and leave the tree
+    // behind. exec gives the program the default actions back.
+    let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: installs a handler that only touches atomics and calls kill
+        // (async-signal-safe).
+        unsafe { libc::signal(sig, handler) };
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -89,17 +102,18 @@ pub fn run(mut cmd: Command, tree: Tree, name: &str) -> ExitCode {
             });
         }
     };
-    CHILD.store(child.id() as i32, Ordering::Relaxed);
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let early = PENDING.swap(0, Ordering::SeqCst);
+    if early != 0 {
+        // SAFETY: kill with plain integers, to the child we just started.
+        unsafe { libc::kill(child.id() as i32, early) };
+    }
     // A terminal sends SIGINT and SIGQUIT to the program too (one process group): we only
-    // outlive it. What is sent to us alone goes on to the program.
-    let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: signal() with SIG_IGN or a handler that only calls kill (async-signal-safe).
+    // outlive it. Ignored only now: an ignored signal would stay ignored across exec.
+    // SAFETY: signal() with SIG_IGN.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
-            libc::signal(sig, handler);
-        }
     }
     let status = child.wait();
     drop(tree);
