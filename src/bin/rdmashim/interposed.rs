@@ -32,10 +32,8 @@ pub fn prepare(lib_dir: &Path, cmd: &mut Command) -> Result<Tree, String> {
     let root = tree.0.to_str().ok_or("the temporary directory's name is not UTF-8")?;
     super::view::write_tree(root)?;
     cmd.env("RDMASHIM_VIEW_ROOT", &tree.0);
-    let preload = cmd
-        .get_envs()
-        .find(|(k, _)| *k == "LD_PRELOAD")
-        .and_then(|(_, v)| v.map(OsString::from))
+    // After what the loading mode preloads (or what we were given): our libraries first.
+    let preload = super::set_for(cmd, "LD_PRELOAD")
         .or_else(|| std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()));
     let mut v = OsString::new();
     if let Some(p) = preload {

@@ -210,9 +210,7 @@ fn run(args: Vec<OsString>) -> ExitCode {
     let mut tree = None;
     if device_view != "none" {
         // The view reads the device in this process: it must see what the program will.
-        if let Some(p) =
-            cmd.get_envs().find(|(k, _)| *k == "RDMASHIM_PROVIDER").and_then(|(_, v)| v)
-        {
+        if let Some(p) = set_for(&cmd, "RDMASHIM_PROVIDER") {
             std::env::set_var("RDMASHIM_PROVIDER", p);
         }
         // On RDMA hardware (passthrough) programs read the real sysfs: the view describes the
@@ -257,6 +255,11 @@ fn show_view(
         }
     }
     interposed::prepare(lib_dir, cmd).map(Some)
+}
+
+/// The value `cmd` sets for `var`, if it sets one.
+fn set_for(cmd: &Command, var: &str) -> Option<OsString> {
+    cmd.get_envs().find(|(k, _)| *k == var).and_then(|(_, v)| v.map(OsString::from))
 }
 
 /// `first` followed by the current value of `var`, if it has one.

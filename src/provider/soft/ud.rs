@@ -257,8 +257,7 @@ impl SoftQp {
         }
         let sock = self.socket().as_raw_fd();
         let mut got = false;
-        let now = Instant::now();
-        let batch = if socket || (may_read && r.socket_due(now)) { MAX_BATCH } else { 0 };
+        let batch = if socket || (may_read && r.socket_due()) { MAX_BATCH } else { 0 };
         // At most a bounded batch per readiness event: a sender flooding this QP cannot keep
         // the progress thread here (the socket stays readable and is served again next round).
         for _ in 0..batch {
@@ -268,7 +267,7 @@ impl SoftQp {
                 _ => break,
             };
             got = true;
-            r.socket_had_data(now);
+            r.socket_had_data();
             let b = &r.buf[..n.min(r.buf.len())];
             if super::ud_ring::is_setup(b) {
                 let b = b.to_vec();

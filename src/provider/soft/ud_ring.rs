@@ -147,59 +147,43 @@ impl Senders {
         if msgs.is_empty() || msgs.iter().any(|(h, _)| h.dst_qpn != dst) {
             return by_socket(sock, dst, parts, msgs.len().max(1));
         }
-        if matches!(self.out.get(&dst), Some(Out::Starting(..))) {
-            self.start(sock, me, dst);
-        }
-        let now = Instant::now();
-        match self.out.get_mut(&dst) {
-            Some(Out::Ready(seg, bell, probed)) if !seg.ring.is_closed() => {
-                let n = write(&seg.ring, msgs);
-                if n > 0 {
-                    bell.ring();
-                    return n;
+        loop {
+            match self.out.get_mut(&dst) {
+                Some(Out::Ready(seg, bell, probed)) if !seg.ring.is_closed() => {
+                    let n = write(&seg.ring, msgs);
+                    if n > 0 {
+                        bell.ring();
+                        return n;
+                    }
+                    // No room. A receiver that is gone never makes any: its socket says so
+                    // (asked now and then: the question is a datagram the receiver reads).
+                    let now = Instant::now();
+                    if probed.is_some_and(|t| now.duration_since(t) < PROBE_EVERY) {
+                        return 0;
+                    }
+                    *probed = Some(now);
+                    if unix::send_dgram(sock, &qp_name(dst), &[]) != Err(Errno::ECONNREFUSED) {
+                        return 0;
+                    }
+                    self.out.remove(&dst);
+                    return msgs.len(); // lost with their receiver, as on the socket
                 }
-                // No room. A receiver that is gone never makes any: its socket says so (asked
-                // now and then: the question is a datagram the receiver reads).
-                if probed.is_some_and(|t| now.duration_since(t) < PROBE_EVERY) {
-                    return 0;
+                Some(Out::Ready(..)) => {
+                    self.out.remove(&dst); // the receiver closed it: back to the socket
+                    return by_socket(sock, dst, parts, msgs.len());
                 }
-                *probed = Some(now);
-                if unix::send_dgram(sock, &qp_name(dst), &[]) != Err(Errno::ECONNREFUSED) {
-                    return 0;
-                }
-                self.out.remove(&dst);
-                msgs.len() // lost with their receiver, as on the socket
-            }
-            Some(Out::Ready(..)) => {
-                self.out.remove(&dst); // the receiver closed it: back to the socket
-                by_socket(sock, dst, parts, msgs.len().max(1))
-            }
-            Some(Out::Offered(seg, sent)) => {
-                let r = by_socket(sock, dst, parts, msgs.len().max(1));
-                // Offered again when it could not go, or no answer came for a while (a full
-                // queue at either end loses the message).
-                if r > 0 && sent.is_none_or(|t| now.duration_since(t) >= RESEND) {
-                    match send_offer(sock, me, dst, seg) {
-                        Ok(()) => *sent = Some(now),
-                        Err(e) if e == Errno::EAGAIN => {}
-                        Err(_) => {
-                            self.out.insert(dst, Out::Socket);
-                        }
+                Some(Out::Starting(..)) => {
+                    self.start(sock, me, dst); // Ready, Socket, or Starting still
+                    if matches!(self.out.get(&dst), Some(Out::Starting(..))) {
+                        return by_socket(sock, dst, parts, msgs.len());
                     }
                 }
-                r
-            }
-            Some(_) => by_socket(sock, dst, parts, msgs.len().max(1)),
-            None => {
-                let r = by_socket(sock, dst, parts, msgs.len().max(1));
-                let ring = (self.out.len() < MAX_RINGS).then(|| Shm::create(LINK_SIZE).ok());
-                let next = match ring.flatten() {
-                    Some(shm) => Out::Offered(Segment::new(shm), None),
-                    None => Out::Socket,
-                };
-                self.out.insert(dst, next);
-                if r > 0 {
-                    if let Some(Out::Offered(seg, sent)) = self.out.get_mut(&dst) {
+                Some(Out::Offered(seg, sent)) => {
+                    let r = by_socket(sock, dst, parts, msgs.len());
+                    // Offered (again) once a datagram went, when the offer could not go or no
+                    // answer came for a while (a full queue at either end loses the message).
+                    let now = Instant::now();
+                    if r > 0 && sent.is_none_or(|t| now.duration_since(t) >= RESEND) {
                         match send_offer(sock, me, dst, seg) {
                             Ok(()) => *sent = Some(now),
                             Err(e) if e == Errno::EAGAIN => {}
@@ -208,8 +192,18 @@ impl Senders {
                             }
                         }
                     }
+                    return r;
                 }
-                r
+                Some(Out::Socket) => return by_socket(sock, dst, parts, msgs.len()),
+                None => {
+                    // The first datagram to `dst`: a ring is made for it and offered behind it.
+                    let shm = (self.out.len() < MAX_RINGS).then(|| Shm::create(LINK_SIZE).ok());
+                    let next = match shm.flatten() {
+                        Some(shm) => Out::Offered(Segment::new(shm), None),
+                        None => Out::Socket,
+                    };
+                    self.out.insert(dst, next);
+                }
             }
         }
     }
@@ -332,16 +326,21 @@ const SOCKET_EVERY: u32 = 16;
 impl Receivers {
     /// Whether a polling application reads the socket on this poll: at every poll while
     /// datagrams come that way, else now and then, so that senders on rings cost the receiver
-    /// no system call per poll.
-    pub fn socket_due(&mut self, now: Instant) -> bool {
+    /// no system call per poll (nor a clock read, once the socket has gone quiet).
+    pub fn socket_due(&mut self) -> bool {
         self.polls = self.polls.wrapping_add(1);
-        self.socket_data_at.is_some_and(|t| now.duration_since(t) < SOCKET_WARM)
-            || self.polls % SOCKET_EVERY == 0
+        if let Some(t) = self.socket_data_at {
+            if t.elapsed() < SOCKET_WARM {
+                return true;
+            }
+            self.socket_data_at = None;
+        }
+        self.polls % SOCKET_EVERY == 0
     }
 
     /// A read of the socket found something.
-    pub fn socket_had_data(&mut self, now: Instant) {
-        self.socket_data_at = Some(now);
+    pub fn socket_had_data(&mut self) {
+        self.socket_data_at = Some(Instant::now());
     }
 
     /// A setup message `b` (see [`is_setup`]) came to our socket `sock` (QPN `me`) with
