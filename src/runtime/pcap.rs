@@ -19,6 +19,8 @@ use once_cell::sync::Lazy;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, TryLockError};
 use std::time::{Duration, SystemTime};
 
 const MAGIC: u32 = 0xa1b2_c3d4;
@@ -170,7 +172,12 @@ static CAPTURE: Lazy<Option<Capture>> = Lazy::new(|| {
     let name = std::env::var_os("RDMASHIM_PCAP")?;
     let name = name.to_string_lossy().replace("%p", &std::process::id().to_string());
     match open(&name) {
-        Ok(file) => Some(Capture { file }),
+        Ok(file) => {
+            // SAFETY: registering a function with C linkage that takes no arguments and
+            // cannot unwind; failure (no room for handlers) only reopens the race it closes.
+            unsafe { libc::atexit(close_wire) };
+            Some(Capture { file })
+        }
         Err(e) => {
             eprintln!("rdmashim: RDMASHIM_PCAP={name}: {e}; capturing nothing");
             None
@@ -208,6 +215,73 @@ fn open(name: &str) -> std::io::Result<File> {
 #[inline]
 pub fn on() -> bool {
     CAPTURE.is_some()
+}
+
+/// Sends against the process's exit: a thread's sends hold the read side between putting
+/// datagrams on the wire and recording them, and the exit takes the write side for good. A
+/// thread still sending when another calls `exit(3)` (a progress thread answering a DREQ)
+/// either records what it sent before the process ends, or sends nothing. Without it a capture
+/// could miss a packet the wire carried.
+struct ExitGate {
+    wire: RwLock<()>,
+    /// The thread that closed the gate (0: open): its own sends (the kept ACKs, a destructor's
+    /// disconnect) go on and are recorded, in order, as before.
+    closer: AtomicI32,
+}
+
+static GATE: ExitGate = ExitGate { wire: RwLock::new(()), closer: AtomicI32::new(0) };
+
+/// Permission to send (see [`wire`]), held until the datagrams sent are recorded.
+pub struct Wire(#[allow(dead_code)] Option<RwLockReadGuard<'static, ()>>);
+
+impl ExitGate {
+    fn enter(&'static self) -> Option<Wire> {
+        if self.closer.load(Ordering::Acquire) == tid() {
+            return Some(Wire(None));
+        }
+        match self.wire.try_read() {
+            Ok(g) => Some(Wire(Some(g))),
+            Err(TryLockError::Poisoned(e)) => Some(Wire(Some(e.into_inner()))),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Closes the gate once sends in flight are recorded. A reader's count inherited across
+    /// fork() from a thread the child lacks is waited for only `patience`.
+    fn close(&self, patience: Duration) {
+        self.closer.store(tid(), Ordering::Release);
+        let until = std::time::Instant::now() + patience;
+        loop {
+            match self.wire.try_write() {
+                Ok(g) => return std::mem::forget(g),
+                Err(TryLockError::Poisoned(e)) => return std::mem::forget(e.into_inner()),
+                Err(TryLockError::WouldBlock) if std::time::Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(TryLockError::WouldBlock) => return,
+            }
+        }
+    }
+}
+
+/// Whether this thread may put datagrams on the wire now: `None` once another thread is ending
+/// the process with a capture on (the datagrams are then not sent, as if the process had
+/// ended a moment earlier). Costs one load when capture is off.
+pub fn wire() -> Option<Wire> {
+    if !on() {
+        return Some(Wire(None));
+    }
+    GATE.enter()
+}
+
+fn tid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+extern "C" fn close_wire() {
+    // No panic may leave through exit(3).
+    let _ = std::panic::catch_unwind(|| GATE.close(Duration::from_millis(200)));
 }
 
 /// Writes datagram `data`, sent from `src` to `dst` with IPv4 ID `ipv4_id` (or received: the
@@ -279,6 +353,33 @@ mod tests {
     }
 
     /// Records written are read back frame by frame; a truncated file is refused.
+    #[test]
+    fn the_exit_waits_for_a_send_in_flight_then_stops_other_threads() {
+        static G: ExitGate = ExitGate { wire: RwLock::new(()), closer: AtomicI32::new(0) };
+        let sending = G.enter().expect("open");
+        let closer = std::thread::spawn(|| {
+            G.close(Duration::from_secs(30));
+            let own = G.enter().is_some();
+            (std::time::Instant::now(), own)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let recorded = std::time::Instant::now();
+        drop(sending);
+        let (closed, own) = closer.join().unwrap();
+        assert!(closed >= recorded, "the exit waited for the send to be recorded");
+        assert!(own, "the exiting thread still sends");
+        assert!(G.enter().is_none(), "another thread sends nothing once the exit began");
+    }
+
+    #[test]
+    fn the_exit_does_not_wait_forever_for_a_reader() {
+        static G: ExitGate = ExitGate { wire: RwLock::new(()), closer: AtomicI32::new(0) };
+        let stuck = G.enter().expect("open");
+        G.close(Duration::from_millis(20));
+        assert!(G.enter().is_some(), "the closer goes on");
+        drop(stuck);
+    }
+
     #[test]
     fn records_read_back() {
         let mut file = file_header();

@@ -135,6 +135,7 @@ pub fn send_runs_from(
         hdrs[k].msg_hdr = msg;
         at += r.len();
     }
+    let Some(_wire) = super::super::pcap::wire() else { return Ok(count) };
     // SAFETY: every header points at the shared name, its own control buffer and its own
     // iovecs, all alive and unmoved until the call returns; the data are borrowed slices.
     let n = unsafe {

@@ -186,6 +186,7 @@ pub fn send_batch_from(fd: RawFd, src: IpAddr, dst: SocketAddr, data: &[&[u8]]) 
         hdrs[i].msg_hdr = msg;
         hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
     }
+    let Some(_wire) = super::pcap::wire() else { return Ok(count) };
     // SAFETY: every header points at the shared name and control buffer and at its own
     // iovec, all alive and unmoved until the call returns; the data are borrowed slices.
     let r = unsafe {
