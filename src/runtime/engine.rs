@@ -29,6 +29,14 @@ use std::time::{Duration, Instant};
 /// Something the engine drives; `progress` returns whether it did any work.
 pub trait Pollable: Send + Sync {
     fn progress(&self) -> bool;
+
+    /// The progress thread's routine pass: may leave out an object that an application
+    /// thread has progressed since the last such pass (it is being looked after; a thread
+    /// competing for it only costs both of them). The pass before the thread sleeps, and every
+    /// direct waiter's, calls [`progress`](Pollable::progress).
+    fn progress_unattended(&self) -> bool {
+        self.progress()
+    }
 }
 
 /// A callback for readiness events on a watched descriptor.
@@ -388,6 +396,12 @@ impl Engine {
     }
 
     fn poll_all(&self) -> bool {
+        self.pass(false)
+    }
+
+    /// One pass over the pollables; `routine`: the progress thread's pass while awake (see
+    /// [`Pollable::progress_unattended`]).
+    fn pass(&self, routine: bool) -> bool {
         thread_local! {
             /// The list a pass works through, kept for its capacity (a spinning waiter passes
             /// often); a nested pass takes a new one.
@@ -401,7 +415,7 @@ impl Engine {
         }
         let mut work = false;
         for p in &list {
-            work |= p.progress();
+            work |= if routine { p.progress_unattended() } else { p.progress() };
         }
         list.clear();
         LIST.with(|l| l.set(list));
@@ -414,7 +428,7 @@ impl Engine {
         let mut last_waits = u64::MAX;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
-            let work = self.poll_all();
+            let work = self.pass(true);
             let parked = self.check_parked();
             let epoch = POLL_EPOCH.load(Ordering::Relaxed);
             let waits = self.event_waits.load(Ordering::Relaxed);

@@ -12,7 +12,7 @@ use crate::provider::{
     QpState, RecvWqe, SendWqe, SharedRecvQueue, TransportQp, Xrc, XrcTarget,
 };
 use crate::runtime::accept::Acceptor;
-use crate::runtime::engine::{engine, Pollable};
+use crate::runtime::engine::{engine, on_progress_thread, Pollable};
 use crate::runtime::fork;
 use crate::sys::*;
 use once_cell::sync::Lazy;
@@ -92,6 +92,8 @@ pub struct SoftQp {
     pub(super) ud_reading: Mutex<super::ud_ring::Receivers>,
     st: Mutex<Inner>,
     pub(super) me: Weak<SoftQp>,
+    /// An application thread progressed the QP since the progress thread's last routine pass.
+    app_progressed: AtomicBool,
 }
 
 /// QPN → QP, for handshakes arriving at a QP's socket.
@@ -153,6 +155,7 @@ impl SoftQp {
                 capture_msn: 0,
             }),
             me: me.clone(),
+            app_progressed: AtomicBool::new(false),
         });
         let w = Arc::downgrade(&qp);
         let eng = engine()?;
@@ -490,8 +493,27 @@ impl TransportQp for SoftQp {
     }
 }
 
+impl SoftQp {
+    /// Marks the QP as progressed by the application (see `progress_unattended`).
+    pub(super) fn note_app_progress(&self) {
+        if !on_progress_thread() && !self.app_progressed.load(Ordering::Relaxed) {
+            self.app_progressed.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 impl Pollable for SoftQp {
     fn progress(&self) -> bool {
+        self.progress_now()
+    }
+
+    fn progress_unattended(&self) -> bool {
+        // An application polling this QP's CQ does its work: the progress thread leaves it
+        // alone until a pass finds it unpolled (on a busy 2-core machine, a progress thread
+        // that competes for every QP halves the message rate).
+        if self.app_progressed.swap(false, Ordering::Relaxed) {
+            return false;
+        }
         self.progress_now()
     }
 }

@@ -479,6 +479,7 @@ impl SoftQp {
 
     /// One pass of the data path for this QP. Callable from any thread.
     pub fn progress_now(&self) -> bool {
+        self.note_app_progress();
         if self.ud {
             return self.progress_ud();
         }
