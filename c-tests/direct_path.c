@@ -8,6 +8,12 @@
  *    must still complete successfully, with the right data: nothing of the target runs, so
  *    only the direct path can complete them (the copy path would wait for the target).
  * 3. After SIGCONT the target checks its memory: the WRITE's bytes and the atomic's sum.
+ *    Then order across the switch from the ring to the direct path: with the target stopped
+ *    again, a WRITE with immediate of page 6 ('Z'; never direct: it needs the target's
+ *    receive, so it waits in the ring), then a READ of page 6 and a WRITE of 'B' to page 6
+ *    (both direct-capable) are posted. Nothing may complete while the target is stopped (the
+ *    READ and WRITE wait for the ring to drain rather than overtake it); after SIGCONT all
+ *    three complete in order, the READ returns 'Z' and the target's page holds 'B'.
  * 4. The target deregisters the region (ibv_dereg_mr). A WRITE from us, whose library holds
  *    the grant, must complete with IBV_WC_REM_ACCESS_ERR, and the target's memory must be
  *    untouched.
@@ -118,6 +124,7 @@ static void target(int in, int out)
 	xwrite(out, &h, sizeof h);
 	xread(in, &peer, sizeof peer);
 	to_rts(e.qp, peer.qpn, ACCESS, 7, 7, 14, 1);
+	post_recv(e.qp, buf + 7 * 4096, 64, mr->lkey, 1); /* for the WRITE with immediate (3b) */
 	xwrite(out, "y", 1);
 
 	unsigned char snapshot[LEN];
@@ -138,6 +145,10 @@ static void target(int in, int out)
 			memcpy(&orig, o, 8);
 			if (v != orig + 10)
 				ok = 'n';
+		} else if (c == 'B') { /* the ordered WRITE (page 6: 'B') */
+			for (size_t i = 6 * 4096; i < 7 * 4096; i++)
+				if (buf[i] != 'B')
+					ok = 'n';
 		} else if (c == 'D') {
 			ok = ibv_dereg_mr(mr) == 0 ? 'y' : 'n';
 			memcpy(snapshot, buf, LEN);
@@ -243,6 +254,38 @@ int main(void)
 	CHECK(kill(t, SIGCONT) == 0, "SIGCONT");
 	CHECK(ask(to, from, 'C') == 'y', "the target's memory lacks the WRITE or the FETCH_ADD");
 	printf("ok the target's memory holds the WRITE and the FETCH_ADD\n");
+
+	/* 3b. A ring request outstanding: direct-capable requests behind it wait, in order. */
+	CHECK(kill(t, SIGSTOP) == 0, "SIGSTOP");
+	CHECK(waitpid(t, &st, WUNTRACED) == t && WIFSTOPPED(st), "target not stopped");
+	memset(mine + 6 * 4096, 0, 4096);
+	memset(mine + 7 * 4096, 'B', 4096);
+	unsigned char *zs = mine + 4096; /* page 1 of ours: the 'Z' bytes */
+	memset(zs, 'Z', 4096);
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE_WITH_IMM, L(zs), 4096, mr->lkey, peer.addr + 6 * 4096, peer.rkey, 20) ==
+		      0,
+	      "post");
+	CHECK(post(e.qp, IBV_WR_RDMA_READ, L(mine + 6 * 4096), 4096, mr->lkey, peer.addr + 6 * 4096, peer.rkey, 21) ==
+		      0,
+	      "post");
+	CHECK(post(e.qp, IBV_WR_RDMA_WRITE, L(mine + 7 * 4096), 4096, mr->lkey, peer.addr + 6 * 4096, peer.rkey,
+		   22) == 0,
+	      "post");
+	struct ibv_wc early = wait_wc(e.cq, 300);
+	CHECK((int)early.status == -1, "wr %llu completed while the ring request before it could not",
+	      (unsigned long long)early.wr_id);
+	CHECK(kill(t, SIGCONT) == 0, "SIGCONT");
+	for (uint64_t id = 20; id <= 22; id++) {
+		struct ibv_wc wc = wait_wc(e.cq, WAIT_MS);
+		CHECK((int)wc.status != -1, "wr %llu: no completion within %d ms", (unsigned long long)id, WAIT_MS);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == id, "wr %llu: %s, expected wr %llu to succeed",
+		      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), (unsigned long long)id);
+	}
+	for (size_t i = 6 * 4096; i < 7 * 4096; i++)
+		CHECK(mine[i] == 'Z', "the READ overtook the WRITE before it or saw the one after it: byte %zu is %u",
+		      i, mine[i]);
+	CHECK(ask(to, from, 'B') == 'y', "the target's page lacks the WRITE posted after the READ");
+	printf("ok requests behind a ring request waited for it, then completed in order\n");
 
 	/* 4. Deregistered: the grant we hold no longer reaches the memory. */
 	CHECK(ask(to, from, 'D') == 'y', "dereg_mr");

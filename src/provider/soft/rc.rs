@@ -14,7 +14,6 @@ use super::roce::opcode::Transport;
 use super::segcheck::Open;
 use crate::provider::{
     AccessError, Completion, KeySpace, MemoryKeys, Payload, QpState, RecvWqe, Region, SendWqe, Sgl,
-    Xrc,
 };
 use crate::runtime::engine::engine;
 use crate::sys::*;
@@ -132,6 +131,12 @@ impl SoftQp {
             if st.pushed == 0 && st.inflight.is_empty() && self.try_direct(st, &link) {
                 continue;
             }
+            // A stream of one-sided requests that went to the ring (the grant came after its
+            // first requests) would never find the ring empty again: the next one waits for
+            // the ring to drain, then goes direct, and so do the ones after it.
+            if st.pushed == 0 && self.direct_after_drain(st, &link) {
+                return wrote;
+            }
             let w = st.sq.front().expect("front exists");
             // At most max_rd_atomic READ/atomic requests outstanding: later ones wait, as on
             // real hardware (the post does not fail).
@@ -218,7 +223,7 @@ impl SoftQp {
 
     /// Writes request `w` (its first `data_len` bytes of payload) to the capture as the packets
     /// it stands for (`ring_capture`). Its local entries were checked.
-    fn capture(&self, st: &mut Inner, w: &SendWqe, data_len: u64) -> Option<(u32, u32)> {
+    pub(super) fn capture(&self, st: &mut Inner, w: &SendWqe, data_len: u64) -> Option<(u32, u32)> {
         let mut data = vec![0u8; data_len as usize];
         // SAFETY: `data` holds data_len bytes; the request's payload regions were checked by
         // push_sends, and data_len is at most its length.
@@ -273,42 +278,6 @@ impl SoftQp {
         }
         let a = &st.attr;
         super::ring_capture::response(&a.sgid, &a.dgid, self.qpn, psns, st.capture_msn, r);
-    }
-
-    /// Executes the front request on the peer's memory itself, if the peer granted the region
-    /// and its QP allows the access (see `direct`), and completes it. `false`: the copy path.
-    /// Called only with nothing of ours outstanding, after the request's local check.
-    fn try_direct(&self, st: &mut Inner, link: &Link) -> bool {
-        // UC requests complete when sent: a direct WRITE could overtake earlier SENDs still
-        // in the ring. An XRC request's rights come from the SRQ it names, which a grant of
-        // one region cannot stand for.
-        if self.uc || !matches!(self.xrc, Xrc::None) {
-            return false;
-        }
-        let Some(w) = st.sq.front() else { return false };
-        let Some(need) = super::direct::grant::right_needed(w) else { return false };
-        if st.peer_gone || link.out.is_closed() || link.inn.is_closed() {
-            return false;
-        }
-        if link.out.peer_access().is_none_or(|a| a & need != need) {
-            return false;
-        }
-        let Some(g) = link.grant_for(w.rkey) else { return false };
-        let data_len = if w.awaits_response() { 0 } else { w.len };
-        // SAFETY: the front request's local entries were checked (local write for READ and
-        // atomics) by push_sends before this call, with nothing of it pushed yet.
-        if !unsafe { g.execute(w) } {
-            return false;
-        }
-        let w = st.sq.pop_front().expect("front exists");
-        let captured =
-            if super::ring_capture::on() { self.capture(st, &w, data_len) } else { None };
-        let mut f = self.inflight(w, 0, 0);
-        f.captured = captured;
-        f.done = true; // executed: complete at once (nothing earlier is outstanding)
-        st.inflight.push_back(f);
-        self.reap(st, 0);
-        true
     }
 
     /// The record of a request written to the ring as slots `[start_seq, end_seq)`.

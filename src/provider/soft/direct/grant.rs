@@ -125,6 +125,23 @@ impl Granted {
             .then(|| unsafe { self.map.ptr().add(off as usize) })
     }
 
+    /// Where `w` would act in our mapping, and on how many bytes: `None` if it cannot take the
+    /// direct path on this grant (see [`execute`](Granted::execute)).
+    fn target(&self, w: &SendWqe) -> Option<(*mut u8, usize)> {
+        let need = right_needed(w)?;
+        let n = if need == ACCESS_REMOTE_ATOMIC { 8 } else { w.len };
+        if !self.valid() {
+            return None;
+        }
+        Some((self.at(w.remote_addr, n, need)?, n as usize))
+    }
+
+    /// Whether [`execute`](Granted::execute) would take `w` now (the target may still revoke
+    /// the grant before it runs; then it does not, and the copy path takes the request).
+    pub fn takes(&self, w: &SendWqe) -> bool {
+        self.target(w).is_some()
+    }
+
     /// Executes `w` (an RDMA WRITE without immediate, a READ or an atomic) on the mapping:
     /// `false`, having touched nothing, if it does not lie wholly inside the grant with the
     /// rights it needs (the copy path then lets the target decide, NAK included).
@@ -133,13 +150,7 @@ impl Granted {
     /// `w`'s local scatter/gather entries were checked against our registered regions (read
     /// for WRITE, local write for READ and atomics).
     pub unsafe fn execute(&self, w: &SendWqe) -> bool {
-        let Some(need) = right_needed(w) else { return false };
-        let n = if need == ACCESS_REMOTE_ATOMIC { 8 } else { w.len };
-        if !self.valid() {
-            return false;
-        }
-        let Some(p) = self.at(w.remote_addr, n, need) else { return false };
-        let n = n as usize;
+        let Some((p, n)) = self.target(w) else { return false };
         match (&w.payload, w.opcode) {
             // SAFETY: p has n bytes inside our mapping (checked by `at`); the payload has n
             // bytes per the contract. The last byte goes last, as the copy path does it: a

@@ -1,0 +1,75 @@
+//! The requester's direct path on the same host: a one-sided request (RDMA WRITE without
+//! immediate, READ, aligned atomic) executed by the requester itself on the peer's granted
+//! memory (`direct`), when RC order allows it: nothing of ours outstanding, or only one-sided
+//! requests the ring will drain first.
+
+use super::direct::grant::Granted;
+use super::link::Link;
+use super::qp::{Inner, SoftQp};
+use super::rc::Inflight;
+use crate::provider::Xrc;
+use crate::sys::ibv_wc_opcode::*;
+use std::sync::Arc;
+
+impl SoftQp {
+    /// Executes the front request on the peer's memory itself, if the peer granted the region
+    /// and its QP allows the access (see `direct`), and completes it. `false`: the copy path.
+    /// Called only with nothing of ours outstanding, after the request's local check.
+    pub(super) fn try_direct(&self, st: &mut Inner, link: &Link) -> bool {
+        let Some(g) = self.direct_grant(st, link) else { return false };
+        let Some(w) = st.sq.front() else { return false };
+        let data_len = if w.awaits_response() { 0 } else { w.len };
+        // SAFETY: the front request's local entries were checked (local write for READ and
+        // atomics) by push_sends before this call, with nothing of it pushed yet.
+        if !unsafe { g.execute(w) } {
+            return false;
+        }
+        let w = st.sq.pop_front().expect("front exists");
+        let captured =
+            if super::ring_capture::on() { self.capture(st, &w, data_len) } else { None };
+        let mut f = self.inflight(w, 0, 0);
+        f.captured = captured;
+        f.done = true; // executed: complete at once (nothing earlier is outstanding)
+        st.inflight.push_back(f);
+        self.reap(st, 0);
+        true
+    }
+
+    /// Whether the front request could take the direct path and only requests that need no
+    /// receive at the target (WRITE, READ, atomics) are outstanding on the ring, so holding it
+    /// until they complete costs no SEND's progress.
+    pub(super) fn direct_after_drain(&self, st: &Inner, link: &Link) -> bool {
+        let one_sided = |f: &Inflight| {
+            f.error.is_none()
+                && matches!(
+                    f.wc_opcode,
+                    IBV_WC_RDMA_WRITE | IBV_WC_RDMA_READ | IBV_WC_COMP_SWAP | IBV_WC_FETCH_ADD
+                )
+        };
+        if st.inflight.is_empty() || !st.inflight.iter().all(one_sided) {
+            return false;
+        }
+        let Some(g) = self.direct_grant(st, link) else { return false };
+        st.sq.front().is_some_and(|w| g.takes(w))
+    }
+
+    /// The peer's grant for the front request, if the request is of a kind that may take the
+    /// direct path and the peer's QP allows its access.
+    fn direct_grant(&self, st: &Inner, link: &Link) -> Option<Arc<Granted>> {
+        // UC requests complete when sent: a direct WRITE could overtake earlier SENDs still
+        // in the ring. An XRC request's rights come from the SRQ it names, which a grant of
+        // one region cannot stand for.
+        if self.uc || !matches!(self.xrc, Xrc::None) {
+            return None;
+        }
+        let w = st.sq.front()?;
+        let need = super::direct::grant::right_needed(w)?;
+        if st.peer_gone || link.out.is_closed() || link.inn.is_closed() {
+            return None;
+        }
+        if link.out.peer_access().is_none_or(|a| a & need != need) {
+            return None;
+        }
+        link.grant_for(w.rkey)
+    }
+}
