@@ -13,7 +13,11 @@
  * (ibv_post_send, ibv_poll_cq, ... as FFI callers reach them), a completion event waited for with
  * poll() on the channel fd, the extended API (ibv_query_device_ex, ibv_create_cq_ex and
  * ibv_start_poll), and an rdma_cm id on a real event channel fd. Exit 0 passes; the first
- * failed check says where and exits 1. */
+ * failed check says where and exits 1.
+ *
+ * With RDMASHIM_TRACE set (native), the context's data-path ops must instead be the front's
+ * traced trampolines (tracing asks for that hop), and the program prints how many data-path
+ * calls it made, for the trace to be counted against. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -59,8 +63,12 @@ static post_recv_fn x_post_recv;
 static poll_cq_fn x_poll_cq;
 static notify_fn x_notify;
 
+/* Data-path calls made, inlined or exported alike. */
+static int n_post_send, n_post_recv, n_poll_cq;
+
 static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int exported) {
   for (int i = 0; i < 2000000; i++) {
+    n_poll_cq++;
     int n = exported ? x_poll_cq(cq, 1, wc) : ibv_poll_cq(cq, 1, wc);
     if (n != 0)
       return n;
@@ -74,6 +82,7 @@ static void exchange(struct side *a, struct side *b, int tag, int exported) {
   struct ibv_sge rs = {.addr = (uintptr_t)b->buf, .length = MSG, .lkey = b->mr->lkey};
   struct ibv_recv_wr rwr = {.wr_id = 100 + tag, .sg_list = &rs, .num_sge = 1}, *bad_r;
   memset(b->buf, 0, MSG);
+  n_post_recv++;
   int r = exported ? x_post_recv(b->qp, &rwr, &bad_r) : ibv_post_recv(b->qp, &rwr, &bad_r);
   CHECK(r == 0, "post_recv (exported %d): %d", exported, r);
   memset(a->buf, 'a' + tag, MSG);
@@ -81,6 +90,7 @@ static void exchange(struct side *a, struct side *b, int tag, int exported) {
   struct ibv_send_wr swr = {.wr_id = 200 + tag, .sg_list = &ss, .num_sge = 1,
                             .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
                      *bad_s;
+  n_post_send++;
   r = exported ? x_post_send(a->qp, &swr, &bad_s) : ibv_post_send(a->qp, &swr, &bad_s);
   CHECK(r == 0, "post_send (exported %d): %d", exported, r);
   struct ibv_wc wc;
@@ -127,7 +137,10 @@ int main(int argc, char **argv) {
   void *ops_base = base_of((void *)ctx->ops.post_send, ops_lib, sizeof ops_lib);
   printf("calls bound to %s (%p); the context's ops are in %s (%p)\n", front, front_base, ops_lib,
          ops_base);
-  if (native) {
+  const char *traced = getenv("RDMASHIM_TRACE");
+  if (native && traced && *traced) {
+    CHECK(ops_base == front_base, "traced: the ops must be the front's trampolines");
+  } else if (native) {
     CHECK(ops_base && ops_base != front_base, "the ops must be the stand-in's, not the front's");
     CHECK(!strcmp(ops_lib, stand_in), "the ops lie in %s, not in the stand-in %s", ops_lib,
           stand_in);
@@ -169,11 +182,13 @@ int main(int argc, char **argv) {
   CHECK(!x_notify(s[1].cq, 0), "ibv_req_notify_cq (exported)");
   struct ibv_sge rs = {.addr = (uintptr_t)s[1].buf, .length = MSG, .lkey = s[1].mr->lkey};
   struct ibv_recv_wr rwr = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *bad_r;
+  n_post_recv++;
   CHECK(!ibv_post_recv(s[1].qp, &rwr, &bad_r), "post_recv");
   struct ibv_sge ss = {.addr = (uintptr_t)s[0].buf, .length = MSG, .lkey = s[0].mr->lkey};
   struct ibv_send_wr swr = {.wr_id = 8, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
                             .send_flags = IBV_SEND_SIGNALED},
                      *bad_s;
+  n_post_send++;
   CHECK(!ibv_post_send(s[0].qp, &swr, &bad_s), "post_send");
   struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
   CHECK(poll(&pfd, 1, 10000) == 1, "the channel fd becomes readable");
@@ -216,6 +231,8 @@ int main(int argc, char **argv) {
   CHECK(!ibv_dealloc_pd(pd), "ibv_dealloc_pd");
   CHECK(!ibv_close_device(ctx), "ibv_close_device");
   ibv_free_device_list(list);
+  printf("data-path calls: ibv_post_send %d ibv_post_recv %d ibv_poll_cq %d ibv_req_notify_cq 1\n",
+         n_post_send, n_post_recv, n_poll_cq);
   printf("ok\n");
   return 0;
 }

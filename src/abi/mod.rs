@@ -13,6 +13,7 @@
 use crate::errno::{Errno, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+pub mod native_trace;
 pub mod rdma_cma;
 pub mod rdma_verbs;
 pub mod rsocket;
@@ -244,7 +245,7 @@ where
 macro_rules! entry {
     ($(
         $(#[$attr:meta])*
-        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $conv:ty $body:block
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $conv:ty $(, then $hook:path)? $body:block
     )*) => {$(
         $(#[$attr])*
         ///
@@ -271,11 +272,17 @@ macro_rules! entry {
                     // SAFETY: p is rdma-core's function of this name, which its headers declare
                     // with this signature (ours are the same, from the same headers).
                     let f = unsafe { ::std::mem::transmute::<*mut ::std::ffi::c_void, F>(p) };
-                    return $crate::entry_body!($name($($arg),*) -> $crate::abi::Forward<$conv> {
+                    let _args = ($($arg,)*);
+                    let r = $crate::entry_body!($name($($arg),*) -> $crate::abi::Forward<$conv> {
                         // SAFETY: the caller's arguments, passed on unchanged under the contract
                         // the native function has (the same man page).
                         Ok(unsafe { f($($arg),*) })
                     });
+                    // `then`: a hook that looks at what the native call made (`native_trace`).
+                    // SAFETY: the hook gets the native call's result (NULL, an error or a
+                    // live object of its own) and the caller's arguments, valid per the man page.
+                    $( unsafe { $hook(r, _args) }; )?
+                    return r;
                 }
             }
             $crate::entry_body!($name($($arg),*) -> $conv $body)

@@ -217,7 +217,7 @@ entry! {
         }
     }
 
-    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> MinusOne {
+    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> MinusOne, then crate::abi::native_trace::id_qp_made {
         let i = live(id)?;
         // SAFETY: attr is NULL or valid for reads and writes.
         i.create_qp(pd, unsafe { out(attr) }?)
@@ -315,7 +315,7 @@ entry! {
         Ok(())
     }
 
-    fn rdma_create_ep(id: *mut *mut rdma_cm_id, res: *mut rdma_addrinfo, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> MinusOne {
+    fn rdma_create_ep(id: *mut *mut rdma_cm_id, res: *mut rdma_addrinfo, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> MinusOne, then crate::abi::native_trace::ep_made {
         crate::abi::init();
         // SAFETY: id is NULL or a valid out-pointer; res is NULL or valid.
         let (out_id, ai) = unsafe { (out(id)?, arg(res)?) };
@@ -346,7 +346,7 @@ entry! {
         live(id)?.destroy_ep()
     }
 
-    fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> MinusOne {
+    fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> MinusOne, then crate::abi::native_trace::request_taken {
         let l = live(listen)?;
         // SAFETY: id is NULL or a valid out-pointer.
         let o = unsafe { out(id) }?;

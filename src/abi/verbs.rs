@@ -2,6 +2,7 @@
 //! `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and `ibv_req_notify_cq`,
 //! which are also what we put in every context's ops table.
 
+use crate::abi::native_trace;
 use crate::abi::{
     arg, out, Infallible, MinusOne, NegativeErrno, Nothing, NullOr, PositiveErrno, ReregCode, Value,
 };
@@ -72,6 +73,10 @@ fn native_op<T, F>(
     }
     // SAFETY: in passthrough p is NULL or the native library's live object (the API contract).
     let ctx = context(unsafe { p.as_ref() }.ok_or(Errno::EINVAL)?);
+    // The provider's own op, not the traced trampoline that took its slot (one line per call).
+    if let Some(ops) = crate::abi::native_trace::original(ctx) {
+        return slot(&ops).ok_or(Errno::EOPNOTSUPP).map(Some);
+    }
     crate::abi::verbs_inline::legacy_op(ctx, slot).map(Some)
 }
 
@@ -125,7 +130,7 @@ entry! {
         Ok(0)
     }
 
-    fn ibv_open_device(dev: *mut ibv_device) -> NullOr<ibv_context> {
+    fn ibv_open_device(dev: *mut ibv_device) -> NullOr<ibv_context>, then native_trace::context_made {
         crate::abi::init();
         Context::open(dev)
     }
@@ -134,7 +139,7 @@ entry! {
         objects().contexts.remove(context).ok_or(Errno::EINVAL).map(|_| ())
     }
 
-    fn ibv_import_device(cmd_fd: c_int) -> NullOr<ibv_context> {
+    fn ibv_import_device(cmd_fd: c_int) -> NullOr<ibv_context>, then native_trace::context_made {
         crate::abi::init();
         import::import_device(cmd_fd)
     }
@@ -312,7 +317,7 @@ entry! {
         CompChannel::destroy(channel)
     }
 
-    fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> NullOr<ibv_cq> {
+    fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> NullOr<ibv_cq>, then native_trace::cq_made {
         let c = ctx(context)?;
         let ch = if channel.is_null() { None } else { Some(objects().channels.get(channel)?) };
         Cq::create(c, cqe, cq_context, ch, comp_vector)
@@ -370,7 +375,7 @@ entry! {
         objects().cqs.get(cq)?.req_notify(solicited_only != 0)
     }
 
-    fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> NullOr<ibv_qp> {
+    fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> NullOr<ibv_qp>, then native_trace::qp_made {
         let pd = objects().pds.get(pd)?;
         // SAFETY: attr is NULL or valid for reads and writes (caps are written back).
         Qp::create(pd, unsafe { out(attr) }?)

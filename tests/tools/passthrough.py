@@ -20,6 +20,9 @@ In preload mode (LD_PRELOAD=<build>/librdmashim.so) and drop-in mode
    RDMASHIM_NATIVE_LIBDIR at the system's libibverbs, which lists no device on this machine,
    the soft provider serves the program itself (native_forward soft);
 4. (preload) RDMASHIM_TRACE traces each forwarded call once: the stand-in does not trace again;
+   the program's data-path calls (inlined through the context's ops, and exported) are traced
+   once each too: the context's ops are then rdmashim's traced trampolines; so are those of
+   rdma_server/rdma_client, whose contexts and QPs librdmacm makes;
 5. RDMASHIM_PROVIDER=native with a directory that has no libibverbs.so.1: no devices and one
    line on stderr that says why, never a silent fallback to the soft device.
 
@@ -175,9 +178,35 @@ def main():
         pds = [ln for ln in lines if " ibv_alloc_pd(" in ln]
         if rc != 0 or len(opens) != 1 or len(pds) != 1:
             fail(f"trace: exit {rc}, {len(opens)} ibv_open_device and {len(pds)} ibv_alloc_pd "
-                 f"lines (want 1 each):\n" + "\n".join(lines[:20]))
+                 f"lines (want 1 each):\n" + "\n".join(lines[:20]) + f"\n{out}{err}")
         else:
             print(f"ok   trace: {len(lines)} lines, each forwarded call once", flush=True)
+        # The data path: the program's inlined calls (through the context's ops) and its calls
+        # of the exported symbols, each traced exactly once.
+        m = re.search(r"^data-path calls: (.*)$", out, re.M)
+        made = dict(zip(*[iter(m.group(1).split())] * 2)) if m else {}
+        counted = {name: sum(1 for ln in lines if f" {name}(" in ln) for name in made}
+        if not made or any(int(made[k]) != counted[k] for k in made):
+            fail(f"trace of the data path: the program made {made or '(no count printed)'}, "
+                 f"the trace has {counted}")
+        else:
+            print(f"ok   trace: the data path's calls, inlined and exported, each once: {made}",
+                  flush=True)
+        # An unmodified pair whose contexts librdmacm opens itself (rdma_create_ep, and the QP
+        # rdma_get_request makes): each side posts one receive and one send, inlined.
+        trace = os.path.join(tmp, "pair-trace")
+        port = str(free_port())
+        pair("trace: rdma_server/rdma_client", ["rdma_server", "-p", port],
+             ["rdma_client", "-s", "127.0.0.1", "-p", port],
+             mode_env("preload", build, RDMASHIM_TRACE=trace, **native), "rdma_client: end 0")
+        lines = open(trace).read().splitlines() if os.path.exists(trace) else []
+        posts = {name: sum(1 for ln in lines if f" {name}(" in ln)
+                 for name in ("ibv_post_send", "ibv_post_recv")}
+        if posts != {"ibv_post_send": 2, "ibv_post_recv": 2}:
+            fail(f"trace of rdma_server/rdma_client's inlined posts: {posts}, want 2 of each")
+        else:
+            print(f"ok   trace: rdma_server/rdma_client's inlined posts, one line each: {posts}",
+                  flush=True)
 
     # 5. no native library: no devices, one line, no soft fallback
     with tempfile.TemporaryDirectory() as empty:
