@@ -311,31 +311,27 @@ struct Inbound {
 pub struct Receivers {
     pub buf: Vec<u8>,
     rings: Vec<Inbound>,
-    /// Polls since the socket was last read on one, and when a read last found something.
-    polls: u32,
+    /// When a read of the socket last found something.
     socket_data_at: Option<Instant>,
 }
 
 /// After the socket last had something, how long a polling application keeps reading it at
 /// every poll (datagrams still come that way: before a ring starts, multicast, too many rings).
 const SOCKET_WARM: Duration = Duration::from_millis(2);
-/// Otherwise a polling application reads it every this many polls (the progress thread, which
-/// watches it, reads it too).
-const SOCKET_EVERY: u32 = 16;
 
 impl Receivers {
-    /// Whether a polling application reads the socket on this poll: at every poll while
-    /// datagrams come that way, else now and then, so that senders on rings cost the receiver
-    /// no system call per poll (nor a clock read, once the socket has gone quiet).
+    /// Whether a polling application reads the socket on this poll: only while datagrams
+    /// come that way. A quiet socket is the progress thread's, which watches it and is woken by
+    /// what arrives (and whose read makes the socket warm again), so senders on rings cost a
+    /// polling receiver no system call at all.
     pub fn socket_due(&mut self) -> bool {
-        self.polls = self.polls.wrapping_add(1);
-        if let Some(t) = self.socket_data_at {
-            if t.elapsed() < SOCKET_WARM {
-                return true;
+        match self.socket_data_at {
+            Some(t) if t.elapsed() < SOCKET_WARM => true,
+            _ => {
+                self.socket_data_at = None;
+                false
             }
-            self.socket_data_at = None;
         }
-        self.polls % SOCKET_EVERY == 0
     }
 
     /// A read of the socket found something.
