@@ -30,6 +30,7 @@ pub mod link;
 pub mod net;
 pub mod qp;
 mod rc;
+mod rc_capture;
 mod rc_direct;
 mod rc_net;
 mod rc_recv;
