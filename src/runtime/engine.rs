@@ -3,8 +3,9 @@
 //!
 //! The doorbell rule: a peer wakes us only when our shared `waiting` word says a thread of ours
 //! sleeps, so a busy application pays no system call per message. While the application keeps
-//! polling CQs (the poll epoch moves) and no CQ is armed for an event, the thread naps 1 ms at a
-//! time without advertising sleep; otherwise it advertises sleep and blocks until woken.
+//! polling CQs (the poll epoch moved in the last [`APP_POLLING_GRACE`]) and no CQ is armed for
+//! an event, the thread naps 1 ms at a time without advertising sleep; otherwise it advertises
+//! sleep and blocks until woken.
 //!
 //! **One wake-up per event.** A thread blocked in `ibv_get_cq_event` (and so
 //! `rdma_get_*_comp`) is itself the thread a peer's ring wakes ([`Direct`]): it advertises
@@ -51,6 +52,11 @@ pub type ParkHandler = Arc<dyn Fn(u32) -> bool + Send + Sync>;
 /// parked (ms): the time it takes to notice an application that stopped polling without
 /// saying so (arming a CQ or running out of work says so, see `unpark_soon`).
 const APP_POLLING_CHECK_MS: i32 = 1;
+/// How long after the application's last CQ poll it still counts as polling (the thread naps
+/// rather than advertise sleep): a polling thread preempted for a few milliseconds on a loaded
+/// machine must not make its peers ring a doorbell per message until it runs again. Meanwhile
+/// the naps still take what nobody polled for, one pass per millisecond.
+const APP_POLLING_GRACE: Duration = Duration::from_millis(10);
 /// A parkable watch: readable or hung up, reported once until re-armed.
 const PARKABLE_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
 
@@ -424,7 +430,8 @@ impl Engine {
 
     fn run(&self) {
         ON_PROGRESS_THREAD.with(|c| c.set(true));
-        let mut last_epoch = u64::MAX;
+        let mut last_epoch = POLL_EPOCH.load(Ordering::Relaxed);
+        let mut polled_at: Option<Instant> = None;
         let mut last_waits = u64::MAX;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
@@ -432,7 +439,10 @@ impl Engine {
             let parked = self.check_parked();
             let epoch = POLL_EPOCH.load(Ordering::Relaxed);
             let waits = self.event_waits.load(Ordering::Relaxed);
-            let app_polling = epoch != last_epoch
+            if epoch != last_epoch {
+                polled_at = Some(Instant::now());
+            }
+            let app_polling = polled_at.is_some_and(|t| t.elapsed() < APP_POLLING_GRACE)
                 && waits == last_waits
                 && ARMED_CQS.load(Ordering::Relaxed) == 0;
             // An application in an event loop: a direct waiter may linger (see `direct`), and
