@@ -75,8 +75,7 @@ type ReqNotifyCq = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 
 /// The provider's op `slot` for an object whose context is `ctx`.
 fn op<F>(ctx: *mut ibv_context, slot: impl FnOnce(&ibv_context_ops) -> Option<F>) -> Result<F> {
-    let ops = saved().iter().find(|(c, _)| *c == ctx as usize).map(|(_, o)| *o);
-    ops.as_ref().and_then(slot).ok_or(Errno::EOPNOTSUPP)
+    original(ctx).as_ref().and_then(slot).ok_or(Errno::EOPNOTSUPP)
 }
 
 /// The `context` of a live object the program passed (the trampolines are reached only
@@ -173,11 +172,8 @@ pub unsafe fn id_qp_made<P, A>(r: c_int, (id, ..): (*mut rdma_cm_id, P, A)) {
 /// # Safety
 /// See the hooks' comment above.
 pub unsafe fn ep_made<R, P, A>(r: c_int, (id, ..): (*mut *mut rdma_cm_id, R, P, A)) {
-    // SAFETY: on success *id is the native library's new live id (its verbs may be NULL).
-    if let (0, Some(id)) = (r, unsafe { id.as_ref().and_then(|p| p.as_ref()) }) {
-        // SAFETY: as above.
-        unsafe { wrap(id.verbs) }
-    }
+    // SAFETY: per the hooks' contract.
+    unsafe { new_id(r, id) }
 }
 
 /// `rdma_get_request(listen, &id)`: the new id's device context, on success (librdmacm made its
@@ -186,9 +182,18 @@ pub unsafe fn ep_made<R, P, A>(r: c_int, (id, ..): (*mut *mut rdma_cm_id, R, P, 
 /// # Safety
 /// See the hooks' comment above.
 pub unsafe fn request_taken<L>(r: c_int, (_listen, id): (L, *mut *mut rdma_cm_id)) {
-    // SAFETY: on success *id is the native library's new live id.
+    // SAFETY: per the hooks' contract.
+    unsafe { new_id(r, id) }
+}
+
+/// The device context of the id a call that returned `r` stored in `*id`, on success.
+///
+/// # Safety
+/// On success (`r` 0) `*id` is the native library's new live id (its `verbs` may be NULL).
+unsafe fn new_id(r: c_int, id: *mut *mut rdma_cm_id) {
+    // SAFETY: per the contract; `id` is the caller's out-pointer, checked for NULL.
     if let (0, Some(id)) = (r, unsafe { id.as_ref().and_then(|p| p.as_ref()) }) {
-        // SAFETY: as above.
+        // SAFETY: a live id's device context, NULL or live.
         unsafe { wrap(id.verbs) }
     }
 }

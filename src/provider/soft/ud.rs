@@ -183,10 +183,10 @@ impl SoftQp {
         };
         // What same-host senders wrote into their rings is taken here, with no system call
         // (dropped if no receive is posted, as InfiniBand drops it on arrival). The socket is
-        // read too while datagrams come that way (and now and then), so a polling receiver
-        // need not wait for the progress thread to wake for each; only by a QP with a receive
-        // posted (without one, what waits there would be dropped anyway, and the progress
-        // thread, which watches the socket, does that).
+        // read too while datagrams come that way (`Receivers::socket_due`), so a polling
+        // receiver need not wait for the progress thread to wake for each; only by a QP with a
+        // receive posted (without one, what waits there would be dropped anyway, and the
+        // progress thread, which watches the socket, does that).
         let mut did = self.receive(expects && on_progress_thread(), expects);
         if held {
             self.retry_ud_backlog(false);
@@ -267,7 +267,6 @@ impl SoftQp {
                 _ => break,
             };
             got = true;
-            r.socket_had_data();
             let b = &r.buf[..n.min(r.buf.len())];
             if super::ud_ring::is_setup(b) {
                 let b = b.to_vec();
@@ -276,7 +275,9 @@ impl SoftQp {
                 }
                 continue;
             }
-            for (h, payload) in datagram::messages(b) {
+            // Datagrams, not ring setup, keep the socket warm (after setup they use the ring).
+            r.socket_had_data();
+            for (h, payload) in datagram::messages(&r.buf[..n.min(r.buf.len())]) {
                 self.receive_one(&h, payload);
             }
         }
