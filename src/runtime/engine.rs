@@ -51,7 +51,7 @@ pub type ParkHandler = Arc<dyn Fn(u32) -> bool + Send + Sync>;
 /// How long the progress thread sleeps at most while an application busy-polls or a socket is
 /// parked (ms): the time it takes to notice an application that stopped polling without
 /// saying so (arming a CQ or running out of work says so, see `unpark_soon`).
-const APP_POLLING_CHECK_MS: i32 = 1;
+const APP_POLLING_CHECK: Duration = Duration::from_millis(1);
 /// How long after the application's last CQ poll it still counts as polling (the thread naps
 /// rather than advertise sleep): a polling thread preempted for a few milliseconds on a loaded
 /// machine must not make its peers ring a doorbell per message until it runs again. Meanwhile
@@ -72,7 +72,11 @@ pub type Timer = Box<dyn FnOnce() + Send>;
 
 pub struct Engine {
     /// The earliest time some QP needs its timers looked at (RNR and transport retries).
+    /// Kept to the millisecond (rounded up): a stream re-arms its retransmission timer with
+    /// every ACK, and waking for each stale one costs the thread's CPU.
     deadline: Mutex<Option<std::time::Instant>>,
+    /// The earliest [`Engine::wake_by`], kept to the nanosecond.
+    soon: Mutex<Option<std::time::Instant>>,
     timers: Mutex<Vec<(Instant, Timer)>>,
     epfd: OwnedFd,
     pub(super) bell: Bell,
@@ -87,6 +91,9 @@ pub struct Engine {
     pub(super) linger: Linger,
     /// The progress thread naps without advertising sleep (an application polls).
     napping: AtomicBool,
+    /// The progress thread sleeps with no timeout: a deadline set meanwhile needs a kick
+    /// (see [`Engine::wake_by`]).
+    sleeps_unbounded: AtomicBool,
     /// Bumped by every blocking wait for a completion event: an application that waits for
     /// events is not busy-polling, even if it polls its CQ between events, so the thread does
     /// not nap (a nap would only be ended by a kick when the CQ is armed again).
@@ -166,6 +173,7 @@ impl Engine {
         })?;
         let e = Arc::new(Engine {
             deadline: Mutex::new(None),
+            soon: Mutex::new(None),
             timers: Mutex::new(Vec::new()),
             epfd,
             bell,
@@ -176,6 +184,7 @@ impl Engine {
             direct_busy: AtomicBool::new(false),
             linger: Linger::default(),
             napping: AtomicBool::new(false),
+            sleeps_unbounded: AtomicBool::new(false),
             event_waits: AtomicU64::new(0),
         });
         let e2 = e.clone();
@@ -358,6 +367,26 @@ impl Engine {
         }
     }
 
+    /// Makes the progress thread run at `at`, or up to a nap (1 ms) later: a kick only if it
+    /// sleeps with no timeout. For work another thread will most likely do before `at` (ACKs
+    /// kept back for the application's answer), where a kick would cost a system call and a
+    /// thread wake-up each time for nothing.
+    pub fn wake_by(&self, at: Instant) {
+        {
+            let mut d = self.soon.lock().unwrap_or_else(|e| e.into_inner());
+            if d.is_some_and(|cur| cur <= at) {
+                return;
+            }
+            *d = Some(at);
+        }
+        // Pairs with the fence in `run` after it sets `sleeps_unbounded`: either it sees this
+        // deadline or this sees the flag.
+        fence(Ordering::SeqCst);
+        if self.sleeps_unbounded.load(Ordering::SeqCst) {
+            self.kick();
+        }
+    }
+
     /// Runs `f` on the progress thread once `after` has passed.
     pub fn after(&self, after: Duration, f: Timer) {
         let at = Instant::now() + after;
@@ -384,16 +413,22 @@ impl Engine {
         }
     }
 
-    /// Milliseconds until the timer deadline (rounded up), if one is set.
-    fn timer_ms(&self) -> Option<i32> {
-        let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-        let at = (*d)?;
+    /// Time until the earliest deadline, if one is set (see `deadline` and `soon`).
+    fn timer_timeout(&self) -> Option<Duration> {
         let now = std::time::Instant::now();
-        if at <= now {
-            *d = None;
-            return Some(0);
-        }
-        Some((at - now).as_micros().div_ceil(1000).min(i32::MAX as u128) as i32)
+        let until = |slot: &Mutex<Option<Instant>>| {
+            let mut d = slot.lock().unwrap_or_else(|e| e.into_inner());
+            let at = (*d)?;
+            if at <= now {
+                *d = None;
+                return Some(Duration::ZERO);
+            }
+            Some(at - now)
+        };
+        let coarse = until(&self.deadline).map(|t| {
+            Duration::from_millis(t.as_micros().div_ceil(1000).min(u64::MAX as u128) as u64)
+        });
+        coarse.into_iter().chain(until(&self.soon)).min()
     }
 
     pub fn add_pollable(&self, p: Weak<dyn Pollable>) {
@@ -452,15 +487,15 @@ impl Engine {
             last_waits = waits;
             let waiting = &self.bell.word().waiting;
             let timeout = if work {
-                0
+                Some(Duration::ZERO)
             } else if app_polling {
                 self.napping.store(true, Ordering::SeqCst);
                 // Pairs with `cq_armed`: an arm after this is seen by the check, one before it
                 // sees the flag and kicks.
                 if ARMED_CQS.load(Ordering::SeqCst) == 0 {
-                    APP_POLLING_CHECK_MS
+                    Some(APP_POLLING_CHECK)
                 } else {
-                    0
+                    Some(Duration::ZERO)
                 }
             } else {
                 // Only our bit: a direct waiter's may be set beside it.
@@ -468,31 +503,29 @@ impl Engine {
                 fence(Ordering::SeqCst);
                 if self.poll_all() {
                     waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
-                    0
+                    Some(Duration::ZERO)
                 } else if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
                     || event_loop
                     || !self.linger.may_sleep_forever()
                 {
                     // Parked meanwhile by an application (`park`), or a linger to bound.
-                    APP_POLLING_CHECK_MS
+                    Some(APP_POLLING_CHECK)
                 } else {
-                    -1
+                    None
                 }
             };
-            let timeout = match (self.timer_ms(), timeout) {
-                (Some(t), -1) => t,
-                (Some(t), o) => t.min(o),
-                (None, o) => o,
-            };
-            let timeout = match (parked, timeout) {
-                (true, -1) => APP_POLLING_CHECK_MS,
-                (true, t) => t.min(APP_POLLING_CHECK_MS),
-                (false, t) => t,
-            };
-            // SAFETY: events is a valid buffer of 64 epoll_event.
-            let n = unsafe {
-                libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 64, timeout)
-            };
+            let timeout = if parked { Some(APP_POLLING_CHECK) } else { None }
+                .into_iter()
+                .chain(timeout)
+                .min();
+            if timeout.is_none() {
+                self.sleeps_unbounded.store(true, Ordering::SeqCst);
+            }
+            // Pairs with `wake_by`: a deadline set before the flag was is seen here.
+            fence(Ordering::SeqCst);
+            let timeout = self.timer_timeout().into_iter().chain(timeout).min();
+            let n = wait(self.epfd.as_raw_fd(), &mut events, timeout);
+            self.sleeps_unbounded.store(false, Ordering::SeqCst);
             self.napping.store(false, Ordering::SeqCst);
             waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
             self.linger.woke();
@@ -533,6 +566,31 @@ impl Engine {
             }
         }
     }
+}
+
+/// `epoll_wait` for `timeout` (`None`: until an event) to the nanosecond where the kernel has
+/// `epoll_pwait2` (5.11), else rounded up to the millisecond; the number of events, or -1.
+fn wait(epfd: RawFd, events: &mut [libc::epoll_event], timeout: Option<Duration>) -> i32 {
+    static PRECISE: AtomicBool = AtomicBool::new(true);
+    let max = events.len().min(i32::MAX as usize) as i32;
+    if PRECISE.load(Ordering::Relaxed) {
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        });
+        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `events` is a writable buffer of `max` entries and `tsp` is null or points
+        // to a timespec that outlives the call; a null sigmask leaves the mask alone.
+        let n =
+            unsafe { libc::epoll_pwait2(epfd, events.as_mut_ptr(), max, tsp, std::ptr::null()) };
+        if n >= 0 || crate::Errno::last_raw() != libc::ENOSYS {
+            return n;
+        }
+        PRECISE.store(false, Ordering::Relaxed);
+    }
+    let ms = timeout.map_or(-1, |t| t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32);
+    // SAFETY: `events` is a writable buffer of `max` entries.
+    unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), max, ms) }
 }
 
 #[cfg(test)]

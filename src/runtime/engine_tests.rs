@@ -237,9 +237,9 @@ fn a_parked_watch_is_asked_again_and_rearmed() {
     park.store(false, Ordering::SeqCst);
     assert!(
         wait_until(&|| {
-            // Parked, it is asked at least every APP_POLLING_CHECK_MS.
+            // Parked, it is asked at least every APP_POLLING_CHECK.
             let c = checks.load(Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis((3 * APP_POLLING_CHECK_MS).max(5) as u64));
+            std::thread::sleep((3 * APP_POLLING_CHECK).max(Duration::from_millis(5)));
             checks.load(Ordering::SeqCst) == c
         }),
         "taken up: no more checks"
@@ -295,4 +295,45 @@ fn an_application_parks_and_unparks_a_watch() {
         assert!(wait_until(&|| got(2)), "round {round}: armed");
     }
     e.unwatch(raw);
+}
+
+/// Finds its time come on the first pass at or after `at`.
+struct Due {
+    at: Instant,
+    ran: AtomicBool,
+}
+
+impl Pollable for Due {
+    fn progress(&self) -> bool {
+        if Instant::now() >= self.at {
+            self.ran.store(true, Ordering::SeqCst);
+        }
+        false
+    }
+}
+
+/// `wake_by` reaches a progress thread that sleeps without a timeout (it kicks it, and the
+/// thread then sleeps until the deadline): ACKs kept back for an application that never
+/// answers still go. Without the kick nothing here would wake the thread again.
+#[test]
+fn wake_by_reaches_a_thread_asleep_without_a_timeout() {
+    let e = engine().expect("engine");
+    let due = Arc::new(Due { at: Instant::now() + Duration::from_millis(40), ran: false.into() });
+    e.add_pollable(Arc::downgrade(&due) as Weak<dyn Pollable>);
+    // Let it take the kick of `add_pollable` and go back to sleep.
+    std::thread::sleep(Duration::from_millis(20));
+    e.wake_by(due.at);
+    assert!(wait_until(&|| due.ran.load(Ordering::SeqCst)), "the pass at the deadline ran");
+}
+
+/// The engine's wait ends by its timeout, to the microsecond where the kernel can.
+#[test]
+fn a_wait_ends_at_its_timeout() {
+    // SAFETY: plain epoll_create1(2) call; the descriptor is owned below.
+    let ep = unsafe { OwnedFd::from_raw_fd(libc::epoll_create1(libc::EPOLL_CLOEXEC)) };
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    let t = Instant::now();
+    assert_eq!(wait(ep.as_raw_fd(), &mut events, Some(Duration::from_micros(300))), 0);
+    assert!(t.elapsed() >= Duration::from_micros(300), "not before its timeout");
+    assert_eq!(wait(ep.as_raw_fd(), &mut events, Some(Duration::ZERO)), 0);
 }

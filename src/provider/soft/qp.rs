@@ -19,7 +19,7 @@ use once_cell::sync::Lazy;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use ibv_wc_opcode::*;
@@ -94,6 +94,10 @@ pub struct SoftQp {
     pub(super) me: Weak<SoftQp>,
     /// An application thread progressed the QP since the progress thread's last routine pass.
     app_progressed: AtomicBool,
+    /// Network path: when ACKs kept back for the application's answer are to go (engine time,
+    /// `net::now_ns`; 0: none kept back). The progress thread's routine pass sends them then,
+    /// even if an application thread progressed the QP meanwhile.
+    pub(super) acks_due: AtomicU64,
 }
 
 /// QPN → QP, for handshakes arriving at a QP's socket.
@@ -156,6 +160,7 @@ impl SoftQp {
             }),
             me: me.clone(),
             app_progressed: AtomicBool::new(false),
+            acks_due: AtomicU64::new(0),
         });
         let w = Arc::downgrade(&qp);
         let eng = engine()?;
@@ -511,7 +516,7 @@ impl Pollable for SoftQp {
         // An application polling this QP's CQ does its work: the progress thread leaves it
         // alone until a pass finds it unpolled (on a busy 2-core machine, a progress thread
         // that competes for every QP halves the message rate).
-        if self.app_progressed.swap(false, Ordering::Relaxed) {
+        if self.app_progressed.swap(false, Ordering::Relaxed) && !self.acks_overdue() {
             return false;
         }
         self.progress_now()

@@ -405,12 +405,8 @@ impl SoftQp {
             let expects = self.srq.is_some()
                 || !st.rq.is_empty()
                 || st.net.as_ref().is_some_and(|n| n.busy());
-            if !expects {
-                // Nor will it call soon to send the ACKs it kept back.
-                if let Some(n) = st.net.as_mut() {
-                    n.send_waiting();
-                }
-            }
+            // ACKs it kept back wait for its answer still; the progress thread sends them when
+            // they are due (`acks_due`).
             drop(st);
             if !expects {
                 super::net::recv::app_done(&self.udp);

@@ -10,6 +10,7 @@ use crate::provider::soft::transport::{RcConfig, Transport};
 use crate::provider::{QpAttrs, QpEvent, QpState, SendWqe, Xrc};
 use crate::runtime::engine::engine;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 
 use crate::sys::ibv_wc_status::*;
 
@@ -179,8 +180,27 @@ impl SoftQp {
     pub(super) fn flush_net_out(&self) {
         let mut g = self.lock_state();
         if let Some(n) = g.net.as_mut() {
-            n.flush_out();
+            let due = n.flush_out();
+            self.note_acks_due(due);
         }
+    }
+
+    /// ACKs kept back for the application's answer (see `net::io`) go when `due` passes, if no
+    /// call sends them first: the progress thread runs by then (or a nap later: see
+    /// `Engine::wake_by`), and its routine pass does not leave this QP out.
+    fn note_acks_due(&self, due: Option<u64>) {
+        let was = self.acks_due.swap(due.unwrap_or(0), Ordering::Relaxed);
+        if let (Some(d), Ok(e)) = (due, engine()) {
+            if was != d {
+                e.wake_by(net::instant_of(d));
+            }
+        }
+    }
+
+    /// Whether ACKs kept back are due.
+    pub(super) fn acks_overdue(&self) -> bool {
+        let due = self.acks_due.load(Ordering::Relaxed);
+        due != 0 && net::now_ns() >= due
     }
 
     /// The move to ERR or RESET: the network path's requests and taken receives flush.
@@ -207,6 +227,7 @@ impl SoftQp {
         if let (Some(d), Ok(e)) = (o.deadline, engine()) {
             e.wake_at(net::instant_of(d));
         }
+        self.note_acks_due(o.acks_due);
         o.moved
     }
 }

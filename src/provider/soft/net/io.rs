@@ -1,10 +1,9 @@
 //! The send side of a network RC QP: packets are encoded into slots and leave together, one
-//! `sendmmsg` per batch (runs of equal length as segmented sends), with plain ACKs coalesced and,
-//! on an application's thread, kept back for its next call (see [`Io::flush_or_hold`]).
+//! `sendmmsg` per batch (runs of equal length as segmented sends), with plain ACKs coalesced and
+//! kept back for a while for the application's answer (see [`Io::flush_or_hold`]).
 
 use super::endpoint::{self, Sock};
 use crate::provider::soft::roce::{self, Flow, Packet, Syndrome};
-use crate::runtime::engine::on_progress_thread;
 use crate::runtime::udp;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -21,11 +20,10 @@ pub(super) struct Io {
     /// The length and kind of each packet waiting in `buf` (slot i at i × `slot`).
     lens: Vec<(usize, Kind)>,
     slot: usize,
-    /// Since when (engine time) an application's thread has kept back waiting ACKs
-    /// (see [`Io::flush_or_hold`]).
+    /// Since when (engine time) waiting ACKs have been kept back (see [`Io::flush_or_hold`]).
     held_since: Option<u64>,
-    /// A completion came out since the packets waiting were last sent: the application may
-    /// answer it (see [`Io::flush_or_hold`]).
+    /// A completion came out or an RDMA WRITE landed since the packets waiting were last
+    /// sent: the application may answer it (see [`Io::flush_or_hold`]).
     answerable: bool,
 }
 
@@ -90,8 +88,8 @@ fn requests_first(kept: &mut [usize], lens: &[(usize, Kind)]) {
 /// Packets an `Io` holds before it sends them (a window's worth: bursts go segmented).
 const IO_BATCH: usize = 128;
 
-/// How long an application's thread keeps back ACKs for its next call (ns): far below the
-/// peer's shortest retransmission interval, above the time between a receive and its answer.
+/// How long ACKs are kept back for the application's answer (ns): far below the peer's
+/// shortest retransmission interval, above the time between a receive and its answer.
 const ACK_HOLD_NS: u64 = 20_000;
 
 impl Io {
@@ -136,24 +134,33 @@ impl Io {
         self.lens.push((n, kind_of(pkt)));
     }
 
-    /// A completion came out: the application may answer it (see [`Io::flush_or_hold`]).
-    pub(super) fn note_completion(&mut self) {
+    /// A completion came out or an RDMA WRITE landed: the application may answer it (see
+    /// [`Io::flush_or_hold`]).
+    pub(super) fn note_answerable(&mut self) {
         self.answerable = true;
     }
 
-    /// Sends the waiting packets, except that an application's thread keeps back a batch of
-    /// nothing but ACKs that came with a completion, for a while: its next call (most often the
-    /// answer it posts) sends them behind its own packets, so the ACK's system call is not paid
-    /// between a completion and the answer to it. ACKs in the middle of a message go at once
-    /// (the sender's window waits on them), and the progress thread always sends.
+    /// Sends the waiting packets, except a batch of nothing but ACKs that came with a
+    /// completion or a landed WRITE: that is kept back for a while, whichever thread read the
+    /// request, so that the application's answer (a post) carries it. The peer then gets its
+    /// ACK and our answer in one batch, which a peer polling for the ACK reads together (so
+    /// its application need not hand the socket to its progress thread between the two), and
+    /// we pay one system call, not two. Who calls next sends it once [`Io::acks_due`] has
+    /// passed (the QP's owner arranges that someone does). ACKs in the middle of a message go
+    /// at once: the sender's window waits on them.
     pub(super) fn flush_or_hold(&mut self) {
-        if self.answerable && !on_progress_thread() {
+        if self.answerable {
             if let Some(since) = keeps_back(&self.lens, self.held_since, super::now_ns()) {
                 self.held_since = Some(since);
                 return;
             }
         }
         self.flush();
+    }
+
+    /// When the ACKs kept back are to go (engine time), if any are.
+    pub(super) fn acks_due(&self) -> Option<u64> {
+        self.held_since.map(|since| since + ACK_HOLD_NS)
     }
 
     pub(super) fn flush(&mut self) {

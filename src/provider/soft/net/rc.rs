@@ -91,6 +91,9 @@ pub struct Outcome {
     pub error: bool,
     /// When the engine wants to be polled again (engine time, see `net::now_ns`).
     pub deadline: Option<u64>,
+    /// When the ACKs kept back for the application's answer are to go if it has not answered
+    /// (engine time; see `Io::flush_or_hold`): the next call after it sends them.
+    pub acks_due: Option<u64>,
 }
 
 pub struct NetRc {
@@ -157,6 +160,10 @@ impl NetRc {
         let ahead = self.rc.resp.stats.ahead;
         // What the packet leads to waits for the end of the socket read's batch (`flush_out`).
         let o = self.run_deferred(ctx, rq, |rc, mem, q, out| rc.on_packet(pkt, now, mem, q, out));
+        if lands_write(pkt) {
+            // The application may be spinning on that memory, and answer.
+            self.io.note_answerable();
+        }
         let a = self.rc.resp.stats.ahead;
         if self.trace.is_some() && a != ahead && a.is_power_of_two() && a >= 64 {
             self.dump("packets ahead dropped");
@@ -309,10 +316,11 @@ impl NetRc {
         !book.sends.is_empty() || !book.recvs.is_empty() || !self.pending.is_empty()
     }
 
-    /// Sends the packets a batch of received ones led to (see `on_packet`); an application's
-    /// thread may keep back ACKs (see `Io::flush_or_hold`).
-    pub fn flush_out(&mut self) {
+    /// Sends the packets a batch of received ones led to (see `on_packet`), ACKs perhaps
+    /// kept back (see `Io::flush_or_hold`): when those are due.
+    pub fn flush_out(&mut self) -> Option<u64> {
         self.io.flush_or_hold();
+        self.io.acks_due()
     }
 
     /// Sends what is waiting, ACKs kept back included: for an application that will not call
@@ -327,8 +335,9 @@ impl NetRc {
         rq: &mut VecDeque<RecvWqe>,
         f: impl FnOnce(&mut RcQp, &mut Mem<'_>, &mut Rq<'_>, &mut Out<'_>),
     ) -> Outcome {
-        let o = self.run_deferred(ctx, rq, f);
+        let mut o = self.run_deferred(ctx, rq, f);
         self.io.flush_or_hold();
+        o.acks_due = self.io.acks_due();
         o
     }
 
@@ -360,6 +369,7 @@ impl NetRc {
             events: events.into_iter().map(event_of).collect(),
             error: self.rc.is_error(),
             deadline: self.rc.next_deadline(),
+            acks_due: None,
         }
     }
 }
@@ -370,6 +380,12 @@ impl Drop for NetRc {
         // ACKs kept back for the application's next call: a NIC would have sent them.
         self.io.flush();
     }
+}
+
+/// Whether `pkt` is the last packet of an RDMA WRITE (a request; the responder checks it).
+fn lands_write(pkt: &Packet<'_>) -> bool {
+    use crate::provider::soft::roce::opcode::op;
+    matches!(pkt.bth.opcode() & op::OPERATION, op::WRITE_LAST | op::WRITE_ONLY)
 }
 
 fn event_of(e: t::QpEvent) -> QpEvent {
@@ -448,7 +464,7 @@ impl t::Sink for Out<'_> {
 
     fn completion(&mut self, c: t::Completion) {
         self.moved = true;
-        self.io.note_completion();
+        self.io.note_answerable();
         let mut book = self.book.borrow_mut();
         let mut wc = Completion {
             wr_id: c.wr_id,
