@@ -564,15 +564,20 @@ pub fn deliver_packet(
     to: IpAddr,
     batch: &mut Delivered,
 ) -> bool {
+    // A burst read together is most often for one QP: the batch's last one, looked up already.
+    if let Some(q) = batch.qps.last().filter(|q| q.qpn == qpn).cloned() {
+        let now = batch.now();
+        return q.on_net_packet(pkt, from, now);
+    }
     let f = fork::shared();
     let qp = BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&qpn).and_then(|w| w.upgrade());
     drop(f);
     match qp.filter(|q| q.generation == fork::generation()) {
         Some(q) if q.ud => q.on_net_ud(pkt, from, to),
         Some(q) => {
-            let took = q.on_net_packet(pkt, from);
-            if took && !batch.0.last().is_some_and(|l| Arc::ptr_eq(l, &q)) {
-                batch.0.push(q);
+            let took = q.on_net_packet(pkt, from, batch.now());
+            if took {
+                batch.qps.push(q);
             }
             took
         }
@@ -583,14 +588,24 @@ pub fn deliver_packet(
 /// The RC QPs a batch of received packets went to: what those packets led to (ACKs, responses)
 /// is sent when the batch ends, so that ACKs for packets read together coalesce.
 #[derive(Default)]
-pub struct Delivered(Vec<Arc<SoftQp>>);
+pub struct Delivered {
+    /// Each RC QP once (a QP met again after another is not looked for: its flush only sends).
+    qps: Vec<Arc<SoftQp>>,
+    /// The engine time of the batch (`net::now_ns`), read once: its packets came together.
+    now: Option<u64>,
+}
 
 impl Delivered {
     /// Sends what the batch's packets led to.
     pub fn flush(&mut self) {
-        for q in self.0.drain(..) {
+        for q in self.qps.drain(..) {
             q.flush_net_out();
         }
+        self.now = None;
+    }
+
+    fn now(&mut self) -> u64 {
+        *self.now.get_or_insert_with(super::net::now_ns)
     }
 }
 

@@ -143,7 +143,7 @@ impl SoftQp {
     }
 
     /// A packet for this QP (its ICRC checked) from `from`.
-    pub(super) fn on_net_packet(&self, pkt: &Packet<'_>, from: &SocketAddr) -> bool {
+    pub(super) fn on_net_packet(&self, pkt: &Packet<'_>, from: &SocketAddr, now: u64) -> bool {
         let mut g = self.lock_state();
         let st = &mut *g;
         if !matches!(st.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
@@ -170,7 +170,7 @@ impl SoftQp {
         let o = if matches!(target, Some(None)) {
             n.refuse(&ctx, &mut st.rq, pkt)
         } else {
-            n.on_packet(&ctx, &mut st.rq, pkt)
+            n.on_packet(&ctx, &mut st.rq, pkt, now)
         };
         self.net_after(st, o);
         true

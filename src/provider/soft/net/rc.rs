@@ -149,13 +149,14 @@ impl NetRc {
         ip == self.io.dst().ip() && from.port() == self.io.dst().port()
     }
 
+    /// A packet from the peer, read at engine time `now`.
     pub fn on_packet(
         &mut self,
         ctx: &Ctx<'_>,
         rq: &mut VecDeque<RecvWqe>,
         pkt: &Packet<'_>,
+        now: u64,
     ) -> Outcome {
-        let now = super::now_ns();
         self.note("in", pkt);
         let ahead = self.rc.resp.stats.ahead;
         // What the packet leads to waits for the end of the socket read's batch (`flush_out`).
