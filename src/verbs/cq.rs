@@ -364,10 +364,11 @@ impl Cq {
         self.st.lock().unwrap_or_else(|e| e.into_inner()).moderation.modify(a)
     }
 
-    /// Runs the QPs feeding this CQ, then takes up to `out.len()` completions.
+    /// Takes up to `out.len()` completions, running the QPs feeding this CQ first if it holds
+    /// none (see [`Cq::progress_if_empty`]).
     pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
         POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
-        self.progress_qps();
+        self.progress_if_empty();
         // Send queue positions to retire, newest per QP, applied once the state lock is dropped
         // (lock order, see the module comment). A batch stops early rather than allocate when it
         // spans more QPs than this holds: returning fewer completions is always allowed.
@@ -415,7 +416,7 @@ impl Cq {
     pub fn take_one(&self, progress: bool) -> Option<(Completion, u64)> {
         if progress {
             POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
-            self.progress_qps();
+            self.progress_if_empty();
         }
         let got = self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front();
         if let Some((wc, _)) = &got {
@@ -424,6 +425,17 @@ impl Cq {
             }
         }
         got
+    }
+
+    /// Runs the QPs feeding this CQ unless it holds completions already: those are returned
+    /// first, and the poll that finds the CQ empty reads on. A program that polls its send CQ
+    /// right after its receive CQ (whose poll read both completions from one datagram batch)
+    /// then pays no socket read that can only come back empty (`ib_send_lat` across
+    /// namespaces: one `recvmmsg` per message).
+    fn progress_if_empty(&self) {
+        if self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.is_empty() {
+            self.progress_qps();
+        }
     }
 
     /// Runs the QPs feeding this CQ. The list lock is a leaf: a snapshot is taken and the lock
