@@ -21,7 +21,8 @@ pub use super::direct::Direct;
 use super::direct::Linger;
 use crate::errno::{check, Result};
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -75,8 +76,10 @@ pub struct Engine {
     /// Kept to the millisecond (rounded up): a stream re-arms its retransmission timer with
     /// every ACK, and waking for each stale one costs the thread's CPU.
     deadline: Mutex<Option<std::time::Instant>>,
-    /// The earliest [`Engine::wake_by`], kept to the nanosecond.
-    soon: Mutex<Option<std::time::Instant>>,
+    /// The times of [`Engine::wake_by`] still to come, to the nanosecond, earliest first. All
+    /// of them, not only the earliest: one asked for while an earlier one is due would be lost
+    /// when that one is served (the QP that asked does not ask twice for one time).
+    soon: Mutex<BinaryHeap<Reverse<Instant>>>,
     timers: Mutex<Vec<(Instant, Timer)>>,
     epfd: OwnedFd,
     pub(super) bell: Bell,
@@ -173,7 +176,7 @@ impl Engine {
         })?;
         let e = Arc::new(Engine {
             deadline: Mutex::new(None),
-            soon: Mutex::new(None),
+            soon: Mutex::new(BinaryHeap::new()),
             timers: Mutex::new(Vec::new()),
             epfd,
             bell,
@@ -373,11 +376,12 @@ impl Engine {
     /// thread wake-up each time for nothing.
     pub fn wake_by(&self, at: Instant) {
         {
-            let mut d = self.soon.lock().unwrap_or_else(|e| e.into_inner());
-            if d.is_some_and(|cur| cur <= at) {
-                return;
+            let mut soon = self.soon.lock().unwrap_or_else(|e| e.into_inner());
+            let earliest = soon.peek().is_none_or(|Reverse(cur)| at < *cur);
+            soon.push(Reverse(at));
+            if !earliest {
+                return; // the thread wakes for the earlier one, and then sees this
             }
-            *d = Some(at);
         }
         // Pairs with the fence in `run` after it sets `sleeps_unbounded`: either it sees this
         // deadline or this sees the flag.
@@ -413,22 +417,35 @@ impl Engine {
         }
     }
 
-    /// Time until the earliest deadline, if one is set (see `deadline` and `soon`).
+    /// Time until the earliest deadline, if one is set (see `deadline` and `soon`); a deadline
+    /// reached is taken off (the pass that follows serves it).
     fn timer_timeout(&self) -> Option<Duration> {
         let now = std::time::Instant::now();
-        let until = |slot: &Mutex<Option<Instant>>| {
-            let mut d = slot.lock().unwrap_or_else(|e| e.into_inner());
-            let at = (*d)?;
-            if at <= now {
-                *d = None;
-                return Some(Duration::ZERO);
+        let coarse = {
+            let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+            match *d {
+                Some(at) if at <= now => {
+                    *d = None;
+                    Some(Duration::ZERO)
+                }
+                Some(at) => Some(Duration::from_millis(ceil_ms(at - now))),
+                None => None,
             }
-            Some(at - now)
         };
-        let coarse = until(&self.deadline).map(|t| {
-            Duration::from_millis(t.as_micros().div_ceil(1000).min(u64::MAX as u128) as u64)
-        });
-        coarse.into_iter().chain(until(&self.soon)).min()
+        let precise = {
+            let mut soon = self.soon.lock().unwrap_or_else(|e| e.into_inner());
+            let mut reached = false;
+            while soon.peek().is_some_and(|Reverse(at)| *at <= now) {
+                soon.pop();
+                reached = true;
+            }
+            if reached {
+                Some(Duration::ZERO)
+            } else {
+                soon.peek().map(|Reverse(at)| *at - now)
+            }
+        };
+        coarse.into_iter().chain(precise).min()
     }
 
     pub fn add_pollable(&self, p: Weak<dyn Pollable>) {
@@ -588,9 +605,14 @@ fn wait(epfd: RawFd, events: &mut [libc::epoll_event], timeout: Option<Duration>
         }
         PRECISE.store(false, Ordering::Relaxed);
     }
-    let ms = timeout.map_or(-1, |t| t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32);
+    let ms = timeout.map_or(-1, |t| ceil_ms(t).min(i32::MAX as u64) as i32);
     // SAFETY: `events` is a writable buffer of `max` entries.
     unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), max, ms) }
+}
+
+/// `t` in whole milliseconds, rounded up.
+fn ceil_ms(t: Duration) -> u64 {
+    t.as_micros().div_ceil(1000).min(u64::MAX as u128) as u64
 }
 
 #[cfg(test)]

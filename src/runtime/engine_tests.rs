@@ -337,3 +337,20 @@ fn a_wait_ends_at_its_timeout() {
     assert!(t.elapsed() >= Duration::from_micros(300), "not before its timeout");
     assert_eq!(wait(ep.as_raw_fd(), &mut events, Some(Duration::ZERO)), 0);
 }
+
+/// A `wake_by` asked for while an earlier one is due is still served: the pass at the earlier
+/// time does not swallow the later one (the caller does not ask twice for one time).
+#[test]
+fn a_later_wake_by_survives_an_earlier_one() {
+    let e = engine().expect("engine");
+    let now = Instant::now();
+    let first = Arc::new(Due { at: now + Duration::from_millis(20), ran: false.into() });
+    let second = Arc::new(Due { at: now + Duration::from_millis(60), ran: false.into() });
+    e.add_pollable(Arc::downgrade(&first) as Weak<dyn Pollable>);
+    e.add_pollable(Arc::downgrade(&second) as Weak<dyn Pollable>);
+    std::thread::sleep(Duration::from_millis(10));
+    e.wake_by(first.at);
+    e.wake_by(second.at);
+    assert!(wait_until(&|| first.ran.load(Ordering::SeqCst)), "the first pass ran");
+    assert!(wait_until(&|| second.ran.load(Ordering::SeqCst)), "the second pass ran");
+}

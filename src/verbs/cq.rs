@@ -365,10 +365,9 @@ impl Cq {
     }
 
     /// Takes up to `out.len()` completions, running the QPs feeding this CQ first if it holds
-    /// none (see [`Cq::progress_if_empty`]).
+    /// none (see [`Cq::ready`]).
     pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
         POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
-        self.progress_if_empty();
         // Send queue positions to retire, newest per QP, applied once the state lock is dropped
         // (lock order, see the module comment). A batch stops early rather than allocate when it
         // spans more QPs than this holds: returning fewer completions is always allowed.
@@ -377,7 +376,7 @@ impl Cq {
         let mut nr = 0;
         let mut n = 0;
         {
-            let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.ready();
             while n < out.len() {
                 let Some(&(wc, _)) = st.wcs.front() else { break };
                 if wc.sq_seq != 0 {
@@ -414,11 +413,12 @@ impl Cq {
     /// Extended polling: takes one completion and its timestamp, after running the QPs feeding
     /// this CQ if `progress` (`ibv_start_poll` does, `ibv_next_poll` does not).
     pub fn take_one(&self, progress: bool) -> Option<(Completion, u64)> {
-        if progress {
+        let got = if progress {
             POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
-            self.progress_if_empty();
-        }
-        let got = self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front();
+            self.ready().wcs.pop_front()
+        } else {
+            self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front()
+        };
         if let Some((wc, _)) = &got {
             if wc.sq_seq != 0 {
                 self.retire(wc.qp_num, wc.sq_seq);
@@ -427,15 +427,19 @@ impl Cq {
         got
     }
 
-    /// Runs the QPs feeding this CQ unless it holds completions already: those are returned
-    /// first, and the poll that finds the CQ empty reads on. A program that polls its send CQ
-    /// right after its receive CQ (whose poll read both completions from one datagram batch)
+    /// The CQ's state, locked, after running the QPs feeding it unless it holds completions
+    /// already: those are returned first, and the poll that finds the CQ empty reads on. A
+    /// program that polls its send CQ right after its receive CQ (whose poll read both completions from one datagram batch)
     /// then pays no socket read that can only come back empty (`ib_send_lat` across
     /// namespaces: one `recvmmsg` per message).
-    fn progress_if_empty(&self) {
-        if self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.is_empty() {
-            self.progress_qps();
+    fn ready(&self) -> std::sync::MutexGuard<'_, CqState> {
+        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        if !st.wcs.is_empty() {
+            return st;
         }
+        drop(st); // QP locks are taken after, never under, the CQ's (module comment)
+        self.progress_qps();
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs the QPs feeding this CQ. The list lock is a leaf: a snapshot is taken and the lock

@@ -68,7 +68,8 @@ impl Backlog {
     /// destination is offered together, up to [`COALESCE_BYTES`] (a socket's full queue is
     /// counted in datagrams, not bytes, so they go as one; a ring takes what fits). Requests
     /// that are through, or past their deadline (their remaining destinations counted as
-    /// dropped), go to `done` in order; the first that must wait stops the pass. Returns the delay before the next retry, or `None` when nothing is held.
+    /// dropped), go to `done` in order; the first that must wait stops the pass. Returns the
+    /// delay before the next retry, or `None` when nothing is held.
     pub fn retry(
         &mut self,
         now: Instant,
