@@ -31,6 +31,7 @@ pub fn init() {
         ops: verbs::context_ops(),
         fill_ex: verbs_ex::fill_context_ops,
     });
+    crate::cm::net::install();
 }
 
 extern "C" fn init_at_load() {

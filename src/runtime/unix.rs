@@ -267,6 +267,12 @@ pub fn bind_dgram(name: &str) -> Result<OwnedFd> {
     Ok(fd)
 }
 
+/// A non-blocking datagram socket bound to no name: it only sends (the receiver still learns
+/// our credentials when it asks for them).
+pub fn unbound_dgram() -> Result<OwnedFd> {
+    kernel_socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)
+}
+
 /// Sends one datagram made of `parts` to the socket bound to `name`.
 pub fn send_dgram(fd: RawFd, name: &str, parts: &[&[u8]]) -> Result<()> {
     send_dgram_fds(fd, name, parts, &[])

@@ -67,6 +67,37 @@ def log(msg):
     print(f"cm_cross: {msg}", flush=True)
 
 
+def prepare(say, mode, build_dir, tools=(), scapy=False):
+    """What a namespace test needs before it starts: root and `tools` (else skip), scapy if
+    asked (else skip), and the library of `mode` (else fail). (penv, env) for the programs,
+    or the exit code to end with; `say` logs why."""
+    try:
+        fixture.require(*tools)
+    except fixture.Skip as e:
+        say(f"SKIP: {e}")
+        return fixture.SKIP
+    if scapy and not check_roce.have_scapy():
+        say("SKIP: scapy (python3-scapy) is missing")
+        return fixture.SKIP
+    try:
+        return program_env(mode, build_dir), clean_environ(build_dir)
+    except FileNotFoundError as e:
+        say(f"FAIL: {e}")
+        return 1
+
+
+class Checks:
+    """Named checks, each logged as it is made; `failures` names the failed ones."""
+
+    def __init__(self, say):
+        self.say, self.failures = say, []
+
+    def __call__(self, name, ok, detail=""):
+        self.say(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
+        if not ok:
+            self.failures.append(name)
+
+
 def program_env(mode, build_dir):
     """`env VAR=...` for the programs (after the namespace prefix, so `ip` itself does not load
     the library)."""

@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "wire"))
 sys.path.insert(0, os.path.join(HERE, "..", "acceptance"))
-import check_roce  # noqa: E402  (re-executes under /usr/bin/python3 when scapy is missing)
+import check_roce  # noqa: E402,F401  (re-executes under /usr/bin/python3 when scapy is missing)
 import cm_cross  # noqa: E402
 import fixture  # noqa: E402
 import wire_cross  # noqa: E402
@@ -124,26 +124,12 @@ def main():
     ap.add_argument("--build-dir", default="build")
     ap.add_argument("--target", required=True, help="c-tests/evil_target")
     args = ap.parse_args()
-    try:
-        fixture.require()
-    except fixture.Skip as e:
-        log(f"SKIP: {e}")
-        return fixture.SKIP
-    if not check_roce.have_scapy():
-        log("SKIP: scapy (python3-scapy) is missing")
-        return fixture.SKIP
-    try:
-        penv = cm_cross.program_env("preload", args.build_dir)
-        env = cm_cross.clean_environ(args.build_dir)
-    except FileNotFoundError as e:
-        log(f"FAIL: {e}")
-        return 1
-    failures = []
-
-    def check(name, ok, detail=""):
-        log(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
-        if not ok:
-            failures.append(name)
+    ready = cm_cross.prepare(log, "preload", args.build_dir, scapy=True)
+    if isinstance(ready, int):
+        return ready
+    penv, env = ready
+    check = cm_cross.Checks(log)
+    failures = check.failures
 
     with fixture.Fixture(hosts=2) as fx:
         a, b = fx.hosts[0], fx.hosts[1]

@@ -398,21 +398,12 @@ def main():
     ap.add_argument("--mode", choices=("preload", "dropin"), default="preload")
     ap.add_argument("--icrc-target", help="c-tests/icrc_target (the ICRC replay's live QP)")
     args = ap.parse_args()
-    try:
-        fixture.require("tcpdump", "tshark", "ib_write_bw", "ib_read_bw", "ib_atomic_bw",
-                        "ibv_ud_pingpong", "rdma_server", "rdma_client")
-    except fixture.Skip as e:
-        log(f"SKIP: {e}")
-        return fixture.SKIP
-    if not check_roce.have_scapy():
-        log("SKIP: scapy (python3-scapy) is missing")
-        return fixture.SKIP
-    try:
-        penv = cm_cross.program_env(args.mode, args.build_dir)
-        env = cm_cross.clean_environ(args.build_dir)
-    except FileNotFoundError as e:
-        log(f"FAIL: {e}")
-        return 1
+    ready = cm_cross.prepare(log, args.mode, args.build_dir,
+                             ("tcpdump", "tshark", "ib_write_bw", "ib_read_bw", "ib_atomic_bw",
+                              "ibv_ud_pingpong", "rdma_server", "rdma_client"), scapy=True)
+    if isinstance(ready, int):
+        return ready
+    penv, env = ready
     with fixture.Fixture(hosts=2) as fx, tempfile.TemporaryDirectory() as tmp:
         r = Runner(fx, penv, env)
         a, b = fx.hosts[0], fx.hosts[1]

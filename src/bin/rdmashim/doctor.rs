@@ -180,13 +180,17 @@ fn user_namespaces(r: &mut Report) {
 }
 
 fn port_4791(r: &mut Report) {
-    let what = "UDP port 4791 (RoCEv2; connection requests from other namespaces and hosts)";
+    let what = "UDP port 4791 (RoCEv2; connection requests from other namespaces and hosts, \
+                everything from other RoCE stacks)";
     match UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 4791)) {
-        Ok(_) => r.ok(what, "free: the first rdmashim process with a listener takes it".into()),
+        Ok(_) => {
+            r.ok(what, "free: the first rdmashim process with a QP or a listener takes it".into())
+        }
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => r.note(
             what,
-            "in use (an rdmashim listener, rxe or another program): if it is not rdmashim, \
-             listeners here cannot be reached from other namespaces and hosts"
+            "in use (an rdmashim process, rxe or another program): if it is not rdmashim, \
+             listeners here cannot be reached from other namespaces and hosts, nor QPs here \
+             from rxe or RoCE NICs"
                 .into(),
         ),
         Err(e) => r.note(what, format!("cannot bind ({e})")),

@@ -16,6 +16,7 @@ pub mod translate;
 use super::id::{lock, CmId};
 use super::proto::{self, Msg};
 use crate::errno::{Errno, Result};
+use crate::provider::soft::net;
 use crate::provider::soft::roce::{self, opcode::op, Deth, Flow, Packet, GSI_QKEY, GSI_QPN};
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
@@ -27,7 +28,7 @@ use exchange::{
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use translate::Ctx;
 use wire::{attr, Cm, MAD_LEN};
@@ -44,10 +45,9 @@ pub struct Endpoint {
     generation: u64,
     sock: Arc<OwnedFd>,
     port: u16,
-    /// Port 4791 while we own it: the UDP socket and the namespace-wide lock that makes us its
-    /// only owner (see `try_own_well_known`).
-    well_known: Mutex<Option<(Arc<OwnedFd>, OwnedFd)>>,
-    owner_retry_armed: AtomicBool,
+    /// The inbox of answers to our comm ids that other stacks sent to port 4791 and its owner
+    /// passed on (`None` if it could not be bound).
+    inbox: Mutex<Option<net::relay::Inbox>>,
     tables: Mutex<Tables>,
     psn: AtomicU32,
 }
@@ -60,10 +60,6 @@ struct Tables {
 }
 
 static ENDPOINT: PerProcess<Mutex<Option<Arc<Endpoint>>>> = PerProcess::new(|| Mutex::new(None));
-/// The abstract name whose holder owns port 4791 in this network namespace.
-const OWNER_LOCK: &str = "rdmashim/roce-4791-owner";
-/// Listening ids of this process: while there are any, it tries to own port 4791.
-static LISTENERS: AtomicUsize = AtomicUsize::new(0);
 /// This process's listeners by rendezvous name: the owner of 4791 hands requests for them over
 /// directly (a burst of requests would overflow the listener's accept queue otherwise).
 static LOCAL: PerProcess<Mutex<HashMap<String, Weak<CmId>>>> =
@@ -84,14 +80,30 @@ pub fn endpoint() -> Result<Arc<Endpoint>> {
         generation,
         sock: sock.clone(),
         port,
-        well_known: Mutex::new(None),
-        owner_retry_armed: AtomicBool::new(false),
+        inbox: Mutex::new(None),
         tables: Mutex::new(Tables::default()),
         psn: AtomicU32::new(random_u32() & 0xff_ffff),
     });
     ep.watch(sock, port)?;
+    let me = Arc::downgrade(&ep);
+    let on: net::relay::OnPacket = Arc::new(move |pkt: &[u8], from, to| {
+        if let Some(ep) = me.upgrade() {
+            ep.on_packet(pkt, from, to);
+        }
+    });
+    *lock(&ep.inbox) = net::relay::open_inbox(port, on).ok();
     *e = Some(ep.clone());
     Ok(ep)
+}
+
+/// Makes the owner of port 4791 (whichever process of ours it is) hand us the CM MADs that
+/// arrive there. Called at load time.
+pub fn install() {
+    net::well_known::set_gsi_handler(|pkt, from, to| {
+        if let Ok(ep) = endpoint() {
+            ep.on_packet(pkt, from, to);
+        }
+    });
 }
 
 /// A CM MAD as the RoCEv2 packet that carries it, `from` → `to`: a UD SEND Only to QP1 (DETH:
@@ -120,16 +132,14 @@ fn random_u32() -> u32 {
 /// port 4791).
 pub fn listener_added(name: &str, id: Weak<CmId>) {
     lock(LOCAL.get()).insert(name.to_string(), id);
-    LISTENERS.fetch_add(1, Ordering::SeqCst);
-    if let Ok(ep) = endpoint() {
-        ep.try_own_well_known();
-    }
+    let _ = endpoint();
+    net::well_known::want();
 }
 
 /// The listening id on rendezvous `name` is gone.
 pub fn listener_removed(name: &str) {
     lock(LOCAL.get()).remove(name);
-    let _ = LISTENERS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    net::well_known::unwant();
 }
 
 impl Endpoint {
@@ -154,47 +164,6 @@ impl Endpoint {
                 }
             }),
         )
-    }
-
-    /// Binds port 4791 if free; otherwise tries again later, while this process listens.
-    fn try_own_well_known(self: &Arc<Self>) {
-        if lock(&self.well_known).is_some() || LISTENERS.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        if self.generation != fork::generation() {
-            return;
-        }
-        // One owner per network namespace: an abstract socket name (per namespace, freed when
-        // its holder dies) is the lock, so the UDP socket itself may allow the multicast
-        // sockets on `group:4791` (SO_REUSEADDR) of this and other processes beside it, in
-        // either order. Without reuse the two excluded each other.
-        let owned = unix::bind(OWNER_LOCK).and_then(|lock_fd| {
-            udp::open_shared(roce::ROCE_UDP_PORT).map(|fd| (Arc::new(fd), lock_fd))
-        });
-        match owned {
-            Ok((fd, lock_fd)) => {
-                if self.watch(fd.clone(), roce::ROCE_UDP_PORT).is_ok() {
-                    *lock(&self.well_known) = Some((fd, lock_fd));
-                }
-            }
-            Err(_) => {
-                if self.owner_retry_armed.swap(true, Ordering::SeqCst) {
-                    return;
-                }
-                let me = Arc::downgrade(self);
-                if let Ok(e) = engine() {
-                    e.after(
-                        relay::OWNER_RETRY,
-                        Box::new(move || {
-                            if let Some(ep) = me.upgrade() {
-                                ep.owner_retry_armed.store(false, Ordering::SeqCst);
-                                ep.try_own_well_known();
-                            }
-                        }),
-                    );
-                }
-            }
-        }
     }
 
     /// Sends one MAD in a RoCEv2 UD SEND Only to QP1 from our address `src`.
@@ -229,8 +198,14 @@ impl Endpoint {
             wire::Msg::SidrRep(m) => m.request_id,
         };
         let a = lock(&self.tables).by_id.get(&ours).cloned();
-        if let Some(a) = a {
-            a.on_wire(&cm.msg, from);
+        match a {
+            Some(a) => a.on_wire(&cm.msg, from),
+            // Another stack answers to port 4791, and we own it: the comm id names the
+            // endpoint port of the process it is for (`new_comm_id`).
+            None if to.port() == roce::ROCE_UDP_PORT && port_of_comm_id(ours) != self.port => {
+                let _ = net::relay::forward(port_of_comm_id(ours), bytes, from, to.ip());
+            }
+            None => {}
         }
     }
 
@@ -285,16 +260,23 @@ impl Endpoint {
         }
     }
 
-    /// A comm id not in use here (never 0: a REJ or SIDR_REP for "nobody" carries 0).
+    /// A comm id not in use here: our endpoint's port, then 16 random bits, so that the owner
+    /// of port 4791 can pass on the answers other stacks send there (never 0, which a REJ or
+    /// SIDR_REP for "nobody" carries: the port is not 0).
     fn new_comm_id(&self) -> u32 {
         let t = lock(&self.tables);
         loop {
-            let id = random_u32();
+            let id = (u32::from(self.port) << 16) | (random_u32() & 0xffff);
             if id != 0 && !t.by_id.contains_key(&id) {
                 return id;
             }
         }
     }
+}
+
+/// The CM endpoint port of the process whose comm id `id` is (see `Endpoint::new_comm_id`).
+fn port_of_comm_id(id: u32) -> u16 {
+    (id >> 16) as u16
 }
 
 /// `true` if a request's rdma_cm IP header names the addresses its packet travelled between:

@@ -1,18 +1,13 @@
-//! Port 4791 without a daemon. Requests (REQ, SIDR_REQ) from other hosts come to the RoCEv2
-//! port; one rdmashim process per namespace owns it: the first with a listener that can bind it
-//! (the others try again every [`OWNER_RETRY`], so one takes over when the owner exits). The
-//! owner does not need to serve the request itself: it hands the checked MAD, with the addresses
-//! it came with, to the process listening on (port space, port, address) through that
-//! listener's own rendezvous name (`rdmashim/cm/...`), as a first message of its own kind; that
-//! process answers from its own UDP socket, and the rest of the exchange goes process to
-//! process.
+//! Requests that came to port 4791 ([`well_known`](crate::provider::soft::net::well_known)):
+//! the owner of the port does not need to serve a request (REQ, SIDR_REQ) itself: it hands the
+//! checked MAD, with the addresses it came with, to the process listening on (port space, port,
+//! address) through that listener's own rendezvous name (`rdmashim/cm/...`), as a first message
+//! of its own kind; that process answers from its own UDP socket, and the rest of the exchange
+//! goes process to process (or, with another stack, through port 4791 by comm id).
 
 use crate::cm::id::{addr_from_wire, addr_to_wire};
 use crate::cm::wire::MAD_LEN;
 use std::net::SocketAddr;
-use std::time::Duration;
-
-pub const OWNER_RETRY: Duration = Duration::from_secs(1);
 
 const MAGIC: &[u8; 8] = b"RSCMRLY1";
 /// Magic, the sender's UDP address, the local address it was sent to, the MAD.

@@ -42,7 +42,7 @@ impl SoftQp {
             super::net::mcast::no_loop(self.udp.as_raw_fd());
             SocketAddr::new(dst, roce::ROCE_UDP_PORT)
         } else {
-            SocketAddr::new(dst, endpoint::port_of(h.dst_qpn))
+            SocketAddr::new(dst, endpoint::dest_port(h.dst_qpn))
         };
         let Some(flow) = Flow::new(SocketAddr::new(src, endpoint::port_of(self.qpn)), dst) else {
             return;

@@ -6,8 +6,14 @@
 //! slots; when all are taken another socket is bound. Sockets send with Don't Fragment (so the
 //! IPv4 ID is 0 and the ICRC is computable), pin their source address to the QP's GID, and
 //! report each datagram's destination address (the receiver needs it for the ICRC).
+//!
+//! Other stacks' QPNs do not name a port: a QPN whose port would be a privileged one (below
+//! [`FIRST_PORT`], which no socket of ours has) is another stack's, reached at port 4791, where
+//! other stacks send to us too (`well_known`). Each of our sockets has an inbox for the packets
+//! the owner of 4791 passes on (`relay`).
 
 use crate::errno::{Errno, Result};
+use crate::provider::soft::roce::ROCE_UDP_PORT;
 use crate::runtime::fork::PerProcess;
 use crate::runtime::{fork, udp};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
@@ -24,6 +30,18 @@ pub fn qpn_of(port: u16, slot: u8) -> Option<u32> {
 /// The UDP port that owns `qpn`.
 pub fn port_of(qpn: u32) -> u16 {
     ((qpn >> 8) & 0xffff) as u16
+}
+
+/// Our sockets' ports are at least this (ephemeral ports are): a QPN naming a lower port is
+/// another stack's (rxe's QPNs, for one, are below 0x40000).
+pub const FIRST_PORT: u16 = 1024;
+
+/// The UDP port packets to `qpn` go to: its socket's if it is one of ours, else RoCEv2's 4791.
+pub fn dest_port(qpn: u32) -> u16 {
+    match port_of(qpn) {
+        p if p >= FIRST_PORT => p,
+        _ => ROCE_UDP_PORT,
+    }
 }
 
 /// Which of a socket's 256 slots are taken.
@@ -59,6 +77,9 @@ pub struct Sock {
     pub(super) reading: Mutex<udp::RecvBatch>,
     /// When an application thread last read the socket (engine time, ns; 0: never).
     pub(super) app_read_at: AtomicU64,
+    /// The inbox of packets passed on from port 4791 (`None` if it could not be bound: then
+    /// only our own kind reaches this socket's QPs).
+    _inbox: Option<super::relay::Inbox>,
 }
 
 impl AsRawFd for Sock {
@@ -94,10 +115,16 @@ fn table() -> std::sync::MutexGuard<'static, Option<Table>> {
 /// A dual-stack UDP socket on `[::]:0`, non-blocking, DF set, reporting destination addresses,
 /// taking bursts whole where the kernel can (GRO; without it they arrive one by one).
 fn bind_socket() -> Result<(OwnedFd, u16)> {
-    let fd = udp::open(0, Some(SOCKET_BUF))?;
-    udp::gso::enable_gro(fd.as_raw_fd());
-    let port = udp::local_port(fd.as_raw_fd())?;
-    Ok((fd, port))
+    // An ephemeral port is never below FIRST_PORT unless the system's range says otherwise.
+    for _ in 0..16 {
+        let fd = udp::open(0, Some(SOCKET_BUF))?;
+        let port = udp::local_port(fd.as_raw_fd())?;
+        if port >= FIRST_PORT {
+            udp::gso::enable_gro(fd.as_raw_fd());
+            return Ok((fd, port));
+        }
+    }
+    Err(Errno::EADDRNOTAVAIL)
 }
 
 /// Takes a free QPN and returns it with the socket that owns it (binding a socket, watched by
@@ -112,9 +139,23 @@ pub fn allocate() -> Result<(u32, Arc<Sock>)> {
     }
     let (fd, port) = bind_socket()?;
     let batch = udp::RecvBatch::new(super::recv::BATCH, super::recv::BUF);
-    let fd =
-        Arc::new(Sock { fd, port, reading: Mutex::new(batch), app_read_at: AtomicU64::new(0) });
+    let inbox = super::relay::open_inbox(
+        port,
+        Arc::new(move |pkt: &[u8], from, to| super::recv::deliver_relayed(port, pkt, from, to)),
+    )
+    .ok();
+    let fd = Arc::new(Sock {
+        fd,
+        port,
+        reading: Mutex::new(batch),
+        app_read_at: AtomicU64::new(0),
+        _inbox: inbox,
+    });
     super::recv::watch(fd.clone())?;
+    if t.socks.is_empty() {
+        // Other stacks reach our QPs through port 4791 only.
+        super::well_known::want();
+    }
     let mut slots = Slots::default();
     let slot = slots.take(port).ok_or(Errno::ENOSPC)?;
     t.socks.push(Socket { fd: fd.clone(), port, slots });
@@ -236,6 +277,14 @@ mod tests {
         assert_eq!(qpn_of(0, 1), None);
         assert_eq!(qpn_of(0xffff, 0xff), None);
         assert_eq!(qpn_of(0xffff, 0xfe), Some(0xff_fffe));
+    }
+
+    #[test]
+    fn other_stacks_qpns_go_to_4791() {
+        assert_eq!(dest_port(0x11), 4791, "rxe's first QPN");
+        assert_eq!(dest_port(0x3_ff00), 4791);
+        assert_eq!(dest_port(0x4_0000), 1024);
+        assert_eq!(dest_port(0xc0_1203), 0xc012);
     }
 
     #[test]

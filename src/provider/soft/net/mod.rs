@@ -8,6 +8,8 @@
 //! * [`io`]: an RC QP's send side: batched, segmented sends, ACKs coalesced and kept back;
 //! * [`faults`]: `RDMASHIM_FAULTS`, drops/duplicates/reordering/delays on the send side;
 //! * [`trace`]: `RDMASHIM_NET_DEBUG`, an RC QP's last packets and engine state on a stall;
+//! * [`well_known`]: port 4791, owned by one process per namespace, which passes other stacks'
+//!   packets on ([`relay`]) to the process whose socket owns their QPN;
 //! * [`route`]: whether a GID is ours (same namespace: the shared-memory rings) and the path
 //!   MTU towards it.
 
@@ -18,8 +20,10 @@ pub mod mcast;
 pub mod rc;
 mod rc_mem;
 pub mod recv;
+pub mod relay;
 pub mod route;
 pub mod trace;
+pub mod well_known;
 
 use std::sync::OnceLock;
 use std::time::Instant;

@@ -14,7 +14,7 @@
 use super::endpoint;
 use super::io::Io;
 use super::rc_mem::Mem;
-use crate::provider::soft::roce::{Flow, Packet};
+use crate::provider::soft::roce::{Flow, Packet, ROCE_UDP_PORT};
 use crate::provider::soft::transport::{self as t, RcConfig, RcQp};
 use crate::provider::{
     Completion, CompletionSink, MemoryKeys, Payload, QpEvent, RecvWqe, SendWqe, Sgl,
@@ -116,7 +116,7 @@ impl NetRc {
         dst_ip: IpAddr,
     ) -> Option<NetRc> {
         let my_port = endpoint::port_of(cfg.qpn);
-        let dst = SocketAddr::new(dst_ip, endpoint::port_of(cfg.dest_qpn));
+        let dst = SocketAddr::new(dst_ip, endpoint::dest_port(cfg.dest_qpn));
         let flow = Flow::new(SocketAddr::new(src_ip, my_port), dst)?;
         let mtu = cfg.mtu();
         Some(NetRc {
@@ -140,13 +140,16 @@ impl NetRc {
         self.rc.req = t::Requester::new(&cfg);
     }
 
-    /// Whether a packet from `from` comes from our peer (address and port of its QP's socket).
+    /// Whether a packet from `from` comes from our peer: the address and port of its QP's
+    /// socket, or for another stack's QP (reached at port 4791) its address and any port (a
+    /// RoCEv2 source port is the sender's entropy).
     pub fn is_peer(&self, from: &SocketAddr) -> bool {
         let ip = match from.ip() {
             IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
             v4 => v4,
         };
-        ip == self.io.dst().ip() && from.port() == self.io.dst().port()
+        let port = self.io.dst().port();
+        ip == self.io.dst().ip() && (from.port() == port || port == ROCE_UDP_PORT)
     }
 
     /// A packet from the peer, read at engine time `now`.

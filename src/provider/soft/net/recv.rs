@@ -9,7 +9,7 @@ use crate::provider::soft::qp::Delivered;
 use crate::provider::soft::roce::{self, Flow};
 use crate::runtime::engine::{engine, on_progress_thread, ARMED_CQS};
 use crate::runtime::udp;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -128,8 +128,9 @@ fn read_batch(sock: &Sock, mut batch: std::sync::MutexGuard<'_, udp::RecvBatch>)
                 continue;
             };
             // A burst is its datagrams in order, each checked on its own.
+            let to = SocketAddr::new(r.to, port);
             for pkt in data.chunks(r.segment) {
-                if !deliver(&r, pkt, port, &mut delivered) {
+                if !deliver(&r.from, to, pkt, port, &mut delivered) {
                     DROPPED.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -142,12 +143,31 @@ fn read_batch(sock: &Sock, mut batch: std::sync::MutexGuard<'_, udp::RecvBatch>)
     got
 }
 
-/// Checks one datagram and hands it to its QP: whether a QP took it.
-fn deliver(r: &endpoint::Received, data: &[u8], port: u16, delivered: &mut Delivered) -> bool {
-    let Some(flow) = Flow::new(r.from, SocketAddr::new(r.to, port)) else { return false };
+/// Checks one datagram sent from `from` to `to` and hands it to its QP, which must be one of
+/// socket `port`'s: whether a QP took it.
+fn deliver(
+    from: &SocketAddr,
+    to: SocketAddr,
+    data: &[u8],
+    port: u16,
+    delivered: &mut Delivered,
+) -> bool {
+    let Some(flow) = Flow::new(*from, to) else { return false };
     let Ok(pkt) = roce::decode(data, &flow) else { return false };
     let qpn = pkt.bth.dest_qp();
     // A QPN names its socket: a packet for a QPN of another port is not ours.
     endpoint::port_of(qpn) == port
-        && crate::provider::soft::qp::deliver_packet(qpn, &pkt, &r.from, r.to, delivered)
+        && crate::provider::soft::qp::deliver_packet(qpn, &pkt, from, to.ip(), delivered)
+}
+
+/// A packet another stack sent to port 4791, passed on by its owner to the inbox of our socket
+/// `port` (`relay`): checked and delivered as if it had come to that socket.
+pub fn deliver_relayed(port: u16, data: &[u8], from: SocketAddr, to: SocketAddr) {
+    // The QPs see addresses as the dual-stack socket names them (`endpoint::received`).
+    let from = SocketAddr::new(IpAddr::V6(udp::mapped(from.ip())), from.port());
+    let to = SocketAddr::new(IpAddr::V6(udp::mapped(to.ip())), to.port());
+    let mut delivered = Delivered::default();
+    if !deliver(&from, to, data, port, &mut delivered) {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
 }

@@ -15,7 +15,13 @@
 //! ([`with_ipv4_id`]), and a receiver accepts an IPv4 packet whose ICRC is right for some ID
 //! below [`MAX_IPV4_ID`] ([`verify`]). The CRC is affine, so a change of ID changes the CRC by
 //! a value that depends only on the ID and the length: no second pass over the packet.
+//!
+//! Other stacks (rxe, a RoCE NIC) send to port 4791 with IDs of their own choosing: a packet
+//! to [`ROCE_UDP_PORT`] is accepted if its ICRC is right for *some* 16-bit ID, found by solving
+//! the 16 unknowns' linear system over GF(2) rather than by trying 65,536 IDs. That check is
+//! 16 bits weaker than the full 32; ours keep the 8-bit window (24 bits).
 
+use super::ROCE_UDP_PORT;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The ICRC's length on the wire.
@@ -121,7 +127,8 @@ pub fn compute(flow: &Flow, ib: &[u8]) -> Option<u32> {
 }
 
 /// Whether `pkt` (BTH through ICRC, a whole UDP payload) carries the right ICRC for `flow`;
-/// on IPv4, for `flow`'s ID or any ID below [`MAX_IPV4_ID`] (the socket cannot see which).
+/// on IPv4, for `flow`'s ID or any ID below [`MAX_IPV4_ID`] (the socket cannot see which), or
+/// any ID at all on a flow to port 4791 (other stacks' IDs).
 pub fn verify(flow: &Flow, pkt: &[u8]) -> bool {
     let Some(split) = pkt.len().checked_sub(ICRC_LEN) else { return false };
     let (ib, tail) = pkt.split_at(split);
@@ -132,6 +139,9 @@ pub fn verify(flow: &Flow, pkt: &[u8]) -> bool {
         return true;
     }
     match flow.addrs {
+        FlowAddrs::V4 { .. } if flow.dst_port == ROCE_UDP_PORT => {
+            any_ipv4_id(ib.len(), ours ^ sent).is_some()
+        }
         FlowAddrs::V4 { id, .. } => ipv4_id_of(ib.len(), ours, sent, id).is_some(),
         FlowAddrs::V6 { .. } => false,
     }
@@ -140,7 +150,8 @@ pub fn verify(flow: &Flow, pkt: &[u8]) -> bool {
 /// IPv4 IDs a receiver tries: the k-th segment of a GSO send has ID k (a send has at most 64
 /// or 128 segments, by kernel version), and the ID bits above these stay those of the flow.
 pub const MAX_IPV4_ID: u16 = 256;
-const ID_BITS: usize = 8;
+/// Bits of the ID whose effect on the CRC is kept: all 16 (the low 8 are the GSO window).
+const ID_BITS: usize = 16;
 
 /// Where the IPv4 ID lies in the CRC's input: after the `FF×8` and 4 bytes of IP header.
 const ID_OFFSET: usize = 8 + 4;
@@ -163,7 +174,7 @@ fn id_basis(ib_len: usize) -> [u32; ID_BITS] {
             let mut h = crc32fast::Hasher::new();
             let mut head = [0u8; ID_OFFSET + 2];
             if let Some(b) = bit {
-                // The ID is big-endian: bit b of it is in byte 1 for b < 8.
+                // The ID is big-endian: bit b of it is in byte 1 for b < 8, in byte 0 above.
                 head[ID_OFFSET + 1 - b / 8] = 1 << (b % 8);
             }
             h.update(&head);
@@ -187,7 +198,7 @@ fn id_basis(ib_len: usize) -> [u32; ID_BITS] {
     })
 }
 
-/// The CRC change between IDs `a` and `b` (both below [`MAX_IPV4_ID`] in the bits that differ).
+/// The CRC change between IDs `a` and `b`.
 fn id_delta(ib_len: usize, a: u16, b: u16) -> u32 {
     let basis = id_basis(ib_len);
     let x = a ^ b;
@@ -195,25 +206,44 @@ fn id_delta(ib_len: usize, a: u16, b: u16) -> u32 {
 }
 
 /// The ICRC `icrc` of an IPv4 packet of `ib_len` bytes computed with ID `from`, as it is with
-/// ID `to` (only the ID's low 8 bits may differ).
+/// ID `to`.
 pub fn with_ipv4_id(ib_len: usize, icrc: u32, from: u16, to: u16) -> u32 {
     icrc ^ id_delta(ib_len, from, to)
 }
 
 /// The ID, differing from `flow_id` only in its low 8 bits, for which an IPv4 packet of
-/// `ib_len` bytes whose ICRC is `ours` for `flow_id` carries `sent` (a Gray-code walk: one XOR
-/// per candidate).
+/// `ib_len` bytes whose ICRC is `ours` for `flow_id` carries `sent`.
 fn ipv4_id_of(ib_len: usize, ours: u32, sent: u32, flow_id: u16) -> Option<u16> {
-    let basis = id_basis(ib_len);
-    let want = ours ^ sent;
-    let mut acc = 0u32;
-    for k in 1..MAX_IPV4_ID {
-        // Gray code k differs from Gray code k-1 in bit `trailing_zeros(k)`.
-        acc ^= basis[k.trailing_zeros() as usize];
-        if acc == want {
-            let gray = k ^ (k >> 1);
-            return Some(flow_id ^ gray);
+    any_ipv4_id(ib_len, ours ^ sent).filter(|&x| x < MAX_IPV4_ID).map(|x| flow_id ^ x)
+}
+
+/// The ID change (XOR with the ID the ICRC was computed for) that changes the ICRC of an IPv4
+/// packet of `ib_len` bytes by `delta`, if there is one: the ID's 16 bits each flip the CRC by
+/// a basis vector, so this reduces `delta` by a basis kept in echelon form (one vector per
+/// leading bit, with the ID bits that make it).
+fn any_ipv4_id(ib_len: usize, delta: u32) -> Option<u16> {
+    let mut echelon = [(0u32, 0u16); 32];
+    for (b, v) in id_basis(ib_len).into_iter().enumerate() {
+        let (mut v, mut ids) = (v, 1u16 << b);
+        while v != 0 {
+            let lead = 31 - v.leading_zeros() as usize;
+            if echelon[lead].0 == 0 {
+                echelon[lead] = (v, ids);
+                break;
+            }
+            v ^= echelon[lead].0;
+            ids ^= echelon[lead].1;
         }
     }
-    None
+    let (mut d, mut ids) = (delta, 0u16);
+    while d != 0 {
+        let lead = 31 - d.leading_zeros() as usize;
+        let (v, i) = echelon[lead];
+        if v == 0 {
+            return None;
+        }
+        d ^= v;
+        ids ^= i;
+    }
+    Some(ids)
 }

@@ -227,7 +227,13 @@ fn icrc_known_answer_from_the_spec_bytes() {
     };
     assert_ne!(icrc::compute(&with_id(1), &ib), Some(want));
     assert!(icrc::verify(&with_id(1), &pkt));
-    assert!(!icrc::verify(&with_id(0x100), &pkt));
+    // To port 4791 (other stacks' packets) any ID passes; to another port only the window.
+    assert!(icrc::verify(&with_id(0x100), &pkt));
+    let to_ours = |id| Flow { dst_port: 49153, ..with_id(id) };
+    let mut p2 = ib.to_vec();
+    p2.extend_from_slice(&icrc::compute(&to_ours(0), &ib).unwrap().to_le_bytes());
+    assert!(icrc::verify(&to_ours(1), &p2));
+    assert!(!icrc::verify(&to_ours(0x100), &p2));
     assert!(!icrc::verify(&v4_flow().reversed(), &pkt));
     assert!(!icrc::verify(&v4_flow(), &pkt[..3]));
 }
@@ -308,8 +314,10 @@ fn segmenter_edge_cases() {
     assert_eq!(segments(5, 0).count_packets(), 0);
 }
 
+/// A flow from one of our sockets to another (not port 4791, where any ID is accepted).
 fn v4_flow_id(id: u16) -> Flow {
     let mut f = v4_flow();
+    f.dst_port = 49153;
     if let FlowAddrs::V4 { id: i, .. } = &mut f.addrs {
         *i = id;
     }
@@ -365,4 +373,32 @@ fn a_receiver_accepts_gso_segment_ids_and_still_refuses_a_bad_icrc() {
     let n6 = p6.len();
     p6[n6 - 1] ^= 1;
     assert!(!icrc::verify(&f6, &p6));
+}
+
+#[test]
+fn a_packet_to_4791_passes_with_any_ipv4_id_and_fails_when_corrupted() {
+    let ib: Vec<u8> = (0..1036).map(|i| (i * 29 + 5) as u8).collect();
+    let at = |id: u16| {
+        let mut f = v4_flow();
+        if let FlowAddrs::V4 { id: i, .. } = &mut f.addrs {
+            *i = id;
+        }
+        f
+    };
+    let mut state = 0x2545_f491u32;
+    for _ in 0..2000 {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let id = state as u16;
+        let mut p = ib.clone();
+        p.extend_from_slice(&icrc::compute(&at(id), &ib).unwrap().to_le_bytes());
+        assert!(icrc::verify(&v4_flow(), &p), "id {id:#x}");
+        let n = p.len();
+        for at in [0, 7, 12, 500, n - 5, n - 4, n - 1] {
+            let mut bad = p.clone();
+            bad[at] ^= 0x10;
+            assert!(!icrc::verify(&v4_flow(), &bad), "id {id:#x} byte {at}");
+        }
+    }
 }
