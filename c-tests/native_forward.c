@@ -11,8 +11,9 @@
  * hop through the forwarding library. Then it moves data on them: an RC loopback pair in one
  * context with SENDs through the inlined calls and through the exported real symbols
  * (ibv_post_send, ibv_poll_cq, ... as FFI callers reach them), a completion event waited for with
- * poll() on the channel fd, the extended API (ibv_query_device_ex, ibv_create_cq_ex and
- * ibv_start_poll), and an rdma_cm id on a real event channel fd. Exit 0 passes; the first
+ * poll() on the channel fd, the extended API (ibv_query_device_ex, ibv_create_qp_ex, a SEND
+ * through ibv_wr_* inlined and exported, ibv_create_cq_ex and ibv_start_poll), and an rdma_cm
+ * id on a real event channel fd. Exit 0 passes; the first
  * failed check says where and exits 1.
  *
  * With RDMASHIM_TRACE set (native), the context's data-path ops must instead be the front's
@@ -57,6 +58,10 @@ typedef int (*post_send_fn)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_se
 typedef int (*post_recv_fn)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 typedef int (*poll_cq_fn)(struct ibv_cq *, int, struct ibv_wc *);
 typedef int (*notify_fn)(struct ibv_cq *, int);
+typedef void (*wr_fn)(struct ibv_qp_ex *);
+typedef void (*wr_sge_fn)(struct ibv_qp_ex *, uint32_t, uint64_t, uint32_t);
+typedef int (*wr_complete_fn)(struct ibv_qp_ex *);
+typedef int (*start_poll_fn)(struct ibv_cq_ex *, struct ibv_poll_cq_attr *);
 
 static post_send_fn x_post_send;
 static post_recv_fn x_post_recv;
@@ -65,6 +70,8 @@ static notify_fn x_notify;
 
 /* Data-path calls made, inlined or exported alike. */
 static int n_post_send, n_post_recv, n_poll_cq;
+/* The extended API's, likewise. */
+static int n_wr_start, n_wr_send, n_wr_set_sge, n_wr_complete, n_start_poll;
 
 static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int exported) {
   for (int i = 0; i < 2000000; i++) {
@@ -105,6 +112,52 @@ static void exchange(struct side *a, struct side *b, int tag, int exported) {
       CHECK(0, "byte %d is %d, not %d", i, b->buf[i], 'a' + tag);
       break;
     }
+}
+
+/* One SEND from a to b through the extended posting API (ibv_wr_*), inlined (through the
+ * ibv_qp_ex's own functions) or through the exported symbols. */
+static void exchange_ex(struct side *a, struct side *b, struct ibv_qp_ex *qx, int tag,
+                        int exported) {
+  static wr_fn x_start, x_send;
+  static wr_sge_fn x_set_sge;
+  static wr_complete_fn x_complete;
+  if (!x_start) {
+    x_start = (wr_fn)dlsym(RTLD_DEFAULT, "ibv_wr_start");
+    x_send = (wr_fn)dlsym(RTLD_DEFAULT, "ibv_wr_send");
+    x_set_sge = (wr_sge_fn)dlsym(RTLD_DEFAULT, "ibv_wr_set_sge");
+    x_complete = (wr_complete_fn)dlsym(RTLD_DEFAULT, "ibv_wr_complete");
+    CHECK(x_start && x_send && x_set_sge && x_complete, "ibv_wr_* are exported");
+  }
+  struct ibv_sge rs = {.addr = (uintptr_t)b->buf, .length = MSG, .lkey = b->mr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 100 + tag, .sg_list = &rs, .num_sge = 1}, *bad_r;
+  memset(b->buf, 0, MSG);
+  n_post_recv++;
+  CHECK(!ibv_post_recv(b->qp, &rwr, &bad_r), "post_recv");
+  memset(a->buf, 'a' + tag, MSG);
+  n_wr_start++, n_wr_send++, n_wr_set_sge++, n_wr_complete++;
+  int r;
+  if (exported) {
+    x_start(qx);
+    qx->wr_id = 200 + tag;
+    qx->wr_flags = IBV_SEND_SIGNALED;
+    x_send(qx);
+    x_set_sge(qx, a->mr->lkey, (uintptr_t)a->buf, MSG);
+    r = x_complete(qx);
+  } else {
+    ibv_wr_start(qx);
+    qx->wr_id = 200 + tag;
+    qx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_send(qx);
+    ibv_wr_set_sge(qx, a->mr->lkey, (uintptr_t)a->buf, MSG);
+    r = ibv_wr_complete(qx);
+  }
+  CHECK(r == 0, "ibv_wr_complete (exported %d): %d", exported, r);
+  struct ibv_wc wc;
+  CHECK(poll_one(a->cq, &wc, 0) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 200u + tag,
+        "extended send completion (exported %d)", exported);
+  CHECK(poll_one(b->cq, &wc, 0) == 1 && wc.wr_id == 100u + tag && wc.byte_len == MSG &&
+            b->buf[0] == 'a' + tag && b->buf[MSG - 1] == 'a' + tag,
+        "extended send arrived (exported %d)", exported);
 }
 
 int main(int argc, char **argv) {
@@ -169,14 +222,38 @@ int main(int argc, char **argv) {
     struct ibv_qp_init_attr qa = {.send_cq = s[i].cq, .recv_cq = s[i].cq, .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH,
                                           .max_send_sge = 1, .max_recv_sge = 1}};
-    s[i].qp = ibv_create_qp(pd, &qa);
-    CHECK(s[i].qp, "ibv_create_qp");
+    if (i == 0) {
+      /* The sender takes the extended posting API too: created by the inline ibv_create_qp_ex
+       * (through the context's verbs_context). */
+      struct ibv_qp_init_attr_ex qx = {.send_cq = s[i].cq, .recv_cq = s[i].cq,
+                                       .qp_type = IBV_QPT_RC, .cap = qa.cap, .pd = pd,
+                                       .comp_mask = IBV_QP_INIT_ATTR_PD |
+                                                    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                                       .send_ops_flags = IBV_QP_EX_WITH_SEND};
+      s[i].qp = ibv_create_qp_ex(ctx, &qx);
+      CHECK(s[i].qp, "ibv_create_qp_ex");
+    } else {
+      s[i].qp = ibv_create_qp(pd, &qa);
+      CHECK(s[i].qp, "ibv_create_qp");
+    }
   }
   to_rts(s[0].qp, s[1].qp->qp_num, IBV_ACCESS_REMOTE_WRITE, 7, 7, 14, 12);
   to_rts(s[1].qp, s[0].qp->qp_num, IBV_ACCESS_REMOTE_WRITE, 7, 7, 14, 12);
 
   exchange(&s[0], &s[1], 0, 0); /* inline, as compiled */
   exchange(&s[0], &s[1], 1, 1); /* the exported symbols */
+
+  /* The extended posting API: the builders are the stand-in's own functions, or with tracing
+   * the front's trampolines, as the context's ops are. */
+  struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(s[0].qp);
+  CHECK(qx && qx->wr_send, "ibv_qp_to_qp_ex");
+  void *wr_base = base_of((void *)qx->wr_send, NULL, 0);
+  if (native && !(traced && *traced))
+    CHECK(wr_base == ops_base, "the builders must be the stand-in's, not the front's");
+  else
+    CHECK(wr_base == front_base, "traced or soft: the builders are the front's");
+  exchange_ex(&s[0], &s[1], qx, 2, 0);
+  exchange_ex(&s[0], &s[1], qx, 3, 1);
 
   /* A completion event: armed, waited for with poll() on the channel fd, taken and acked. */
   CHECK(!x_notify(s[1].cq, 0), "ibv_req_notify_cq (exported)");
@@ -206,7 +283,10 @@ int main(int argc, char **argv) {
   CHECK(xcq != NULL, "ibv_create_cq_ex");
   if (xcq) {
     struct ibv_poll_cq_attr pa = {0};
+    n_start_poll += 2;
     CHECK(ibv_start_poll(xcq, &pa) == ENOENT, "an empty extended CQ gives ENOENT");
+    start_poll_fn x_start_poll = (start_poll_fn)dlsym(RTLD_DEFAULT, "ibv_start_poll");
+    CHECK(x_start_poll && x_start_poll(xcq, &pa) == ENOENT, "ibv_start_poll (exported)");
     CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(xcq)), "destroy the extended CQ");
   }
 
@@ -231,8 +311,11 @@ int main(int argc, char **argv) {
   CHECK(!ibv_dealloc_pd(pd), "ibv_dealloc_pd");
   CHECK(!ibv_close_device(ctx), "ibv_close_device");
   ibv_free_device_list(list);
-  printf("data-path calls: ibv_post_send %d ibv_post_recv %d ibv_poll_cq %d ibv_req_notify_cq 1\n",
-         n_post_send, n_post_recv, n_poll_cq);
+  printf("data-path calls: ibv_post_send %d ibv_post_recv %d ibv_poll_cq %d ibv_req_notify_cq 1 "
+         "ibv_wr_start %d ibv_wr_send %d ibv_wr_set_sge %d ibv_wr_complete %d ibv_start_poll %d "
+         "ibv_create_cq_ex 1\n",
+         n_post_send, n_post_recv, n_poll_cq, n_wr_start, n_wr_send, n_wr_set_sge, n_wr_complete,
+         n_start_poll);
   printf("ok\n");
   return 0;
 }

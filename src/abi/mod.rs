@@ -14,6 +14,7 @@ use crate::errno::{Errno, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub mod native_trace;
+pub mod native_trace_ex;
 pub mod rdma_cma;
 pub mod rdma_verbs;
 pub mod rsocket;

@@ -7,7 +7,7 @@
 //! contexts librdmacm opens for itself) has those five slots replaced by traced trampolines
 //! that call the provider's own functions. That is one hop per call, taken only when tracing
 //! was asked for; with tracing off the ops are left alone. The extended API (`ibv_wr_*`,
-//! `ibv_start_poll`, ...) jumps through per-object tables and is not traced.
+//! `ibv_start_poll`, ...) jumps through per-object tables: see [`super::native_trace_ex`].
 //!
 //! Our exported formerly inline functions (relink mode) call the provider's function from the
 //! saved table ([`original`]), so each call gives one line whichever way the program made it.
@@ -54,6 +54,8 @@ pub unsafe fn wrap(ctx: *mut ibv_context) {
     // ops in the context itself); written under SAVED's lock, before the program (which got
     // the object from the call that led here) can make a data-path call on it.
     unsafe { std::ptr::addr_of_mut!((*ctx).ops).write(traced) };
+    // SAFETY: ctx is live and not yet the program's (the contract above).
+    unsafe { super::native_trace_ex::wrap_context(ctx) };
 }
 
 /// The provider's own ops of `ctx` if [`wrap`] replaced them. One load when tracing is off.

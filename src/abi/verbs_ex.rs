@@ -611,7 +611,7 @@ entry! {
 
     /// The `ibv_qp_ex` of one of our QPs (every QP is allocated as one), with its posting
     /// functions filled; NULL + `EINVAL` for anything else.
-    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> NullOr<ibv_qp_ex> {
+    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> NullOr<ibv_qp_ex>, then crate::abi::native_trace_ex::qp_ex_made {
         let q = objects().qps.get(qp)?;
         Ok(enable(&q))
     }

@@ -37,7 +37,9 @@ const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 /// `verbs_get_ctx(ctx)` on a live context of ours (or, in passthrough, the native library's):
 /// the `verbs_context` around it, or NULL if `abi_compat` does not mark it extended. The `Arc`
 /// keeps a context of ours alive meanwhile.
-fn extended(ctx: *mut ibv_context) -> Result<(Option<Arc<Context>>, *mut verbs_context)> {
+pub(super) fn extended(
+    ctx: *mut ibv_context,
+) -> Result<(Option<Arc<Context>>, *mut verbs_context)> {
     let live = inline_handle(ctx, |p| objects().contexts.get(p))?;
     // SAFETY: ctx is a live context (held by `live` if ours); abi_compat is a plain field.
     if unsafe { (*ctx).abi_compat } != VERBS_ABI_IS_EXTENDED {
@@ -317,6 +319,16 @@ entry! {
 
     /// The context's `create_cq_ex`, else NULL + `EOPNOTSUPP`.
     fn ibv_create_cq_ex(context: *mut ibv_context, cq_attr: *mut ibv_cq_init_attr_ex) -> NullOr<ibv_cq_ex> {
+        // Traced passthrough replaced the op with a traced trampoline: this call is traced
+        // already, so it goes to the provider's op, and gives the CQ traced polling functions
+        // as the trampoline would.
+        if let Some(f) = crate::abi::native_trace_ex::original_create_cq_ex(context) {
+            // SAFETY: the provider's op, with the caller's arguments.
+            let cq = unsafe { f(context, cq_attr) };
+            // SAFETY: NULL or the provider's new live CQ, not yet returned to the program.
+            unsafe { crate::abi::native_trace_ex::wrap_cq(cq) };
+            return Ok(cq);
+        }
         let f = ctx_op!(context, create_cq_ex)?;
         // SAFETY: the context's op, with the caller's arguments.
         Ok(unsafe { f(context, cq_attr) })

@@ -28,10 +28,14 @@ fn qp_op<F>(qp: *mut ibv_qp_ex, slot: impl FnOnce(*const ibv_qp_ex) -> Option<F>
 macro_rules! qp_op {
     ($qp:expr, $slot:ident) => {
         qp_op($qp, |x| {
-            // SAFETY: qp_op calls this with a live ibv_qp_ex (ours, or the native library's); one
-            // field is read through the raw pointer (no reference to the fields C writes, wr_id
-            // and wr_flags).
-            unsafe { std::ptr::addr_of!((*x).$slot).read() }
+            // Traced passthrough put traced trampolines in the slots: this call is traced
+            // already, so it goes to the provider's function.
+            crate::abi::native_trace_ex::qp_slot(x, |o| o.$slot).or_else(|| {
+                // SAFETY: qp_op calls this with a live ibv_qp_ex (ours, or the native
+                // library's); one field is read through the raw pointer (no reference to the
+                // fields C writes, wr_id and wr_flags).
+                unsafe { std::ptr::addr_of!((*x).$slot).read() }
+            })
         })
     };
 }
@@ -46,10 +50,13 @@ fn cq_op<F>(cq: *mut ibv_cq_ex, slot: impl FnOnce(*const ibv_cq_ex) -> Option<F>
 macro_rules! cq_op {
     ($cq:expr, $slot:ident) => {
         cq_op($cq, |c| {
-            // SAFETY: cq_op calls this with a live ibv_cq_ex (ours, or the native library's); one
-            // field is read through the raw pointer (no reference to the fields C writes, wr_id
-            // and status).
-            unsafe { std::ptr::addr_of!((*c).$slot).read() }
+            // As for `qp_op!`: the provider's function if traced passthrough replaced it.
+            crate::abi::native_trace_ex::cq_slot(c, |o| o.$slot).or_else(|| {
+                // SAFETY: cq_op calls this with a live ibv_cq_ex (ours, or the native
+                // library's); one field is read through the raw pointer (no reference to the
+                // fields C writes, wr_id and status).
+                unsafe { std::ptr::addr_of!((*c).$slot).read() }
+            })
         })
     };
 }

@@ -21,7 +21,8 @@ In preload mode (LD_PRELOAD=<build>/librdmashim.so) and drop-in mode
    the soft provider serves the program itself (native_forward soft);
 4. (preload) RDMASHIM_TRACE traces each forwarded call once: the stand-in does not trace again;
    the program's data-path calls (inlined through the context's ops, and exported) are traced
-   once each too: the context's ops are then rdmashim's traced trampolines; so are those of
+   once each too: the context's ops are then rdmashim's traced trampolines, and so are the
+   extended API's (ibv_wr_* of the ibv_qp_ex, ibv_start_poll of the ibv_cq_ex); so are those of
    rdma_server/rdma_client, whose contexts and QPs librdmacm makes;
 5. RDMASHIM_PROVIDER=native with a directory that has no libibverbs.so.1: no devices and one
    line on stderr that says why, never a silent fallback to the soft device.
@@ -72,11 +73,27 @@ def run(name, cmd, env, timeout=60):
     return r.returncode, r.stdout, r.stderr
 
 
-def pair(name, server, client, env, expect_out=None):
-    """Runs a server and a client; both must exit 0 (and the client print expect_out)."""
+def listening(pid, port):
+    """True once an rdma_cm listener on `port` exists in `pid`'s network namespace (rdmashim's
+    rendezvous socket, the stand-in's included)."""
+    try:
+        with open(f"/proc/{pid}/net/unix") as f:
+            return any("@rdmashim/cm/" in line and f"/{port}/" in line for line in f)
+    except OSError:
+        return False
+
+
+def pair(name, server, client, env, expect_out=None, port=None):
+    """Runs a server and a client; both must exit 0 (and the client print expect_out). With
+    `port` (an rdma_cm server's), the client starts once the server listens, so that it is not
+    tried again (a trace would count its attempts' calls too)."""
     srv = subprocess.Popen(server, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
     out = ""
+    deadline = time.monotonic() + 10
+    while port and not listening(srv.pid, port) and srv.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
     try:
         for _ in range(40):           # the client tries again until the server listens
             rc, out, err = run(name, client, env)
@@ -198,7 +215,8 @@ def main():
         port = str(free_port())
         pair("trace: rdma_server/rdma_client", ["rdma_server", "-p", port],
              ["rdma_client", "-s", "127.0.0.1", "-p", port],
-             mode_env("preload", build, RDMASHIM_TRACE=trace, **native), "rdma_client: end 0")
+             mode_env("preload", build, RDMASHIM_TRACE=trace, **native), "rdma_client: end 0",
+             port=port)
         lines = open(trace).read().splitlines() if os.path.exists(trace) else []
         posts = {name: sum(1 for ln in lines if f" {name}(" in ln)
                  for name in ("ibv_post_send", "ibv_post_recv")}

@@ -242,6 +242,38 @@ pub struct Symbol {
     addr: AtomicPtr<c_void>,
 }
 
+/// Whether `name` is one of rdma-core's `static inline` functions, which we export under our
+/// own version nodes (`RDMASHIM_*` in `abi/*.map`, docs/INLINE-API.md). rdma-core never has
+/// them, so they are never forwarded: our stand-in (which exports them too) is then asked for
+/// them no more than rdma-core would be, and our body runs them through the objects' own
+/// function pointers.
+fn inline_only(name: &CStr) -> bool {
+    static NAMES: OnceLock<std::collections::HashSet<&'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let maps = [
+            include_str!("../../../abi/libibverbs.map"),
+            include_str!("../../../abi/librdmacm.map"),
+        ];
+        let mut set = std::collections::HashSet::new();
+        for map in maps {
+            let mut ours = false;
+            for line in map.lines().map(str::trim) {
+                if line.ends_with('{') {
+                    ours = line.starts_with("RDMASHIM_");
+                } else if let Some(n) = line.strip_suffix(';').filter(|n| ours && is_ident(n)) {
+                    set.insert(n);
+                }
+            }
+        }
+        set
+    });
+    name.to_str().is_ok_and(|n| names.contains(n))
+}
+
+fn is_ident(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b == b'_' || b.is_ascii_alphanumeric())
+}
+
 /// A looked-up name the native library does not have (rdma-core's `static inline` functions).
 const MISSING: *mut c_void = 1 as *mut c_void;
 
@@ -254,12 +286,31 @@ impl Symbol {
     pub fn get(&self) -> Option<*mut c_void> {
         let mut p = self.addr.load(Ordering::Acquire);
         if p.is_null() {
-            p = library().map_or(std::ptr::null_mut(), |l| l.find(self.name));
+            p = if inline_only(self.name) {
+                std::ptr::null_mut()
+            } else {
+                library().map_or(std::ptr::null_mut(), |l| l.find(self.name))
+            };
             if p.is_null() {
                 p = MISSING;
             }
             self.addr.store(p, Ordering::Release);
         }
         (p != MISSING).then_some(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inline_only;
+
+    #[test]
+    fn inline_only_names_come_from_our_version_nodes() {
+        for n in [c"ibv_wr_start", c"__ibv_reg_mr", c"ibv_start_poll", c"rdma_get_send_comp"] {
+            assert!(inline_only(n), "{n:?} is a static inline of rdma-core");
+        }
+        for n in [c"ibv_open_device", c"ibv_get_cq_event", c"rdma_create_id", c"global", c""] {
+            assert!(!inline_only(n), "{n:?} is not");
+        }
     }
 }
