@@ -429,9 +429,9 @@ impl Cq {
 
     /// The CQ's state, locked, after running the QPs feeding it unless it holds completions
     /// already: those are returned first, and the poll that finds the CQ empty reads on. A
-    /// program that polls its send CQ right after its receive CQ (whose poll read both completions from one datagram batch)
-    /// then pays no socket read that can only come back empty (`ib_send_lat` across
-    /// namespaces: one `recvmmsg` per message).
+    /// program that polls its send CQ right after its receive CQ (whose poll read both
+    /// completions from one datagram batch) then pays no socket read that can only come back
+    /// empty (`ib_send_lat` across namespaces: one `recvmmsg` per message).
     fn ready(&self) -> std::sync::MutexGuard<'_, CqState> {
         let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         if !st.wcs.is_empty() {

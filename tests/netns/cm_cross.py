@@ -97,6 +97,14 @@ class Checks:
         if not ok:
             self.failures.append(name)
 
+    def verdict(self):
+        """The exit code: 1 (and the failed names) if any check failed, else 0."""
+        if self.failures:
+            self.say(f"FAIL: {'; '.join(self.failures)}")
+            return 1
+        self.say("all checks pass")
+        return 0
+
 
 def program_env(mode, build_dir):
     """`env VAR=...` for the programs (after the namespace prefix, so `ip` itself does not load

@@ -273,23 +273,16 @@ def run_cm(fx, penv, env, check):
     a CM on another stack in b: its REP and DREP come to a:4791 and must be passed on by comm
     id, its data by QPN."""
     a, b = fx.hosts[0], fx.hosts[1]
-    idle = fx.popen(a, penv + ["ibv_ud_pingpong", "-g", str(gid_index(a.ns, a.ipv4)), "-p",
-                               "18603"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    idle = idle_owner(fx, a, penv, env, 18603, check, "cm relayed")
+    if idle is None:
+        return
     try:
-        if not wait_owner(fx, a, idle.pid):
-            check("cm relayed: an idle rdmashim process owns port 4791", False)
-            return
         p = fx.popen(b, ["/usr/bin/python3", os.path.abspath(__file__), "--cm-peer", a.ipv4,
                          b.ipv4], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(1.0)                          # its port 4791 bound before the REQ comes
         c = fx.run(a, penv + ["rdma_client", "-s", b.ipv4, "-p", "7471"], timeout=60,
                    capture_output=True, text=True, env=env)
-        try:
-            out = p.communicate(timeout=30)[0]
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out = p.communicate()[0]
+        out = cm_cross.stop(p, 30)
         owner = owner_of_4791(fx, a)
     finally:
         idle.kill()
@@ -319,37 +312,39 @@ def wait_owner(fx, host, pid, seconds=10):
     return False
 
 
+def idle_owner(fx, host, penv, env, port, check, name):
+    """An idle rdmashim process (an ibv_ud_pingpong server nobody connects to) that owns port
+    4791 in `host`'s namespace; None, with a failed check, if it does not get it."""
+    idle = fx.popen(host, penv + ["ibv_ud_pingpong", "-g", str(gid_index(host.ns, host.ipv4)),
+                                  "-p", str(port)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    if wait_owner(fx, host, idle.pid):
+        return idle
+    check(f"{name}: an idle rdmashim process owns port 4791", False,
+          f"owner {owner_of_4791(fx, host)}, idle {idle.pid}")
+    idle.kill()
+    idle.wait()
+    return None
+
+
 def run(fx, penv, env, kind, relayed, check):
     a, b = fx.hosts[0], fx.hosts[1]
     name = kind + (" relayed" if relayed else " own")
     prog = f"ibv_{kind}_pingpong"
     gidx = str(gid_index(a.ns, a.ipv4))
-    idle = None
-    if relayed:
-        idle = fx.popen(a, penv + ["ibv_ud_pingpong", "-g", gidx, "-p", "18601"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        if not wait_owner(fx, a, idle.pid):
-            check(f"{name}: an idle rdmashim process owns port 4791", False,
-                  f"owner {owner_of_4791(fx, a)}, idle {idle.pid}")
-            idle.kill()
-            idle.wait()
-            return
+    idle = idle_owner(fx, a, penv, env, 18601, check, name) if relayed else None
+    if relayed and idle is None:
+        return
     srv = fx.popen(a, penv + [prog, "-g", gidx, "-p", "18602", "-s", str(SIZE),
                               "-n", str(ITERS)],
                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         p = fx.run(b, ["/usr/bin/python3", os.path.abspath(__file__), "--peer", kind, a.ipv4,
                        "18602", b.ipv4], timeout=120, capture_output=True, text=True)
-        try:
-            out = srv.communicate(timeout=20)[0]
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            out = srv.communicate()[0]
+        out = cm_cross.stop(srv, 20)
         owner = owner_of_4791(fx, a)
-        want_owner = idle.pid if relayed else None
     finally:
         if idle:
-            owner = owner_of_4791(fx, a)
             idle.kill()
             idle.wait()
     check(f"{name}: the foreign peer got every pong, well formed (ICRC by scapy)",
@@ -359,7 +354,7 @@ def run(fx, penv, env, kind, relayed, check):
           f"exit {srv.returncode}: {out.strip()}")
     if relayed:
         check(f"{name}: port 4791 stayed with the idle process (the pings were relayed)",
-              owner == want_owner, f"owner {owner}, idle {want_owner}")
+              owner == idle.pid, f"owner {owner}, idle {idle.pid}")
 
 
 def main():
@@ -376,18 +371,13 @@ def main():
         return ready
     penv, env = ready
     check = cm_cross.Checks(log)
-    failures = check.failures
 
     with fixture.Fixture(hosts=2) as fx:
         run(fx, penv, env, "ud", False, check)
         run(fx, penv, env, "ud", True, check)
         run(fx, penv, env, "rc", True, check)
         run_cm(fx, penv, env, check)
-    if failures:
-        log(f"FAIL: {'; '.join(failures)}")
-        return 1
-    log("all checks pass")
-    return 0
+    return check.verdict()
 
 
 if __name__ == "__main__":

@@ -132,7 +132,6 @@ fn random_u32() -> u32 {
 /// port 4791).
 pub fn listener_added(name: &str, id: Weak<CmId>) {
     lock(LOCAL.get()).insert(name.to_string(), id);
-    let _ = endpoint();
     net::well_known::want();
 }
 

@@ -257,12 +257,17 @@ pub fn recv_one(fd: RawFd, buf: &mut [u8]) -> Option<Result<Received>> {
     }
 }
 
-/// A datagram as the QPs see addresses: as the dual-stack socket names them (IPv4 as
-/// v4-mapped); `None` without a destination address.
+/// A datagram as the QPs see addresses (see [`as_seen`]); `None` without a destination
+/// address.
 pub fn received(r: udp::Received) -> Option<Result<Received>> {
-    let from = SocketAddr::V6(SocketAddrV6::new(udp::mapped(r.from.ip()), r.from.port(), 0, 0));
+    let from = as_seen(r.from);
     let to = IpAddr::V6(udp::mapped(r.to?));
     Some(Ok(Received { len: r.len, from, to, segment: r.segment }))
+}
+
+/// An address as the QPs see it: as the dual-stack socket names it (IPv4 as v4-mapped).
+pub fn as_seen(a: SocketAddr) -> SocketAddr {
+    SocketAddr::V6(SocketAddrV6::new(udp::mapped(a.ip()), a.port(), 0, 0))
 }
 
 #[cfg(test)]

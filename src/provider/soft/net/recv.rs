@@ -9,7 +9,7 @@ use crate::provider::soft::qp::Delivered;
 use crate::provider::soft::roce::{self, Flow};
 use crate::runtime::engine::{engine, on_progress_thread, ARMED_CQS};
 use crate::runtime::udp;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -163,9 +163,7 @@ fn deliver(
 /// A packet another stack sent to port 4791, passed on by its owner to the inbox of our socket
 /// `port` (`relay`): checked and delivered as if it had come to that socket.
 pub fn deliver_relayed(port: u16, data: &[u8], from: SocketAddr, to: SocketAddr) {
-    // The QPs see addresses as the dual-stack socket names them (`endpoint::received`).
-    let from = SocketAddr::new(IpAddr::V6(udp::mapped(from.ip())), from.port());
-    let to = SocketAddr::new(IpAddr::V6(udp::mapped(to.ip())), to.port());
+    let (from, to) = (endpoint::as_seen(from), endpoint::as_seen(to));
     let mut delivered = Delivered::default();
     if !deliver(&from, to, data, port, &mut delivered) {
         DROPPED.fetch_add(1, Ordering::Relaxed);

@@ -70,11 +70,6 @@ pub fn unwant() {
     o.wanted = o.wanted.saturating_sub(1);
 }
 
-/// Whether this process owns port 4791 in its network namespace.
-pub fn owned() -> bool {
-    owner().owned.is_some()
-}
-
 fn try_own() {
     let mut o = owner();
     if o.owned.is_some() || o.wanted == 0 {
@@ -82,15 +77,14 @@ fn try_own() {
     }
     let got = unix::bind(OWNER_LOCK)
         .and_then(|lock| udp::open_shared(ROCE_UDP_PORT).map(|fd| (Arc::new(fd), lock)));
-    match got {
-        Ok((fd, lock)) => {
-            if watch(fd.clone()).is_ok() {
-                o.owned = Some((fd, lock));
-                return;
-            }
+    if let Ok((fd, lock)) = got {
+        if watch(fd.clone()).is_ok() {
+            o.owned = Some((fd, lock));
+            return;
         }
-        Err(_) if o.retry_armed => return,
-        Err(_) => {}
+    }
+    if o.retry_armed {
+        return;
     }
     o.retry_armed = true;
     drop(o);
