@@ -75,6 +75,19 @@ pub trait MemoryKeys: Send + Sync {
         space: KeySpace,
     ) -> std::result::Result<Checked, AccessError>;
 
+    /// [`MemoryKeys::lookup`] for a caller that only needs the answer, not the region: the
+    /// check a request's local entries get before it executes, on every message.
+    fn check(
+        &self,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+        space: KeySpace,
+    ) -> std::result::Result<(), AccessError> {
+        self.lookup(key, addr, len, need, space).map(drop)
+    }
+
     /// What the provider made of region `key` of this PD when it was registered (see
     /// [`Provider::share_memory`]), if anything.
     fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {

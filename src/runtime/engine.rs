@@ -61,8 +61,16 @@ const APP_POLLING_GRACE: Duration = Duration::from_millis(10);
 /// A parkable watch: readable or hung up, reported once until re-armed.
 const PARKABLE_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
 
-/// Bumped by every CQ poll: tells the engine the application is actively polling.
+/// Bumped by every CQ poll ([`note_poll`]): tells the engine the application is actively
+/// polling.
 pub static POLL_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// A CQ poll, for the engine. Only the change matters (the engine compares two readings), so
+/// a load and a store do, with no atomic read-modify-write on every poll: two threads that race
+/// may count one poll between them, which still changes the value.
+pub fn note_poll() {
+    POLL_EPOCH.store(POLL_EPOCH.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
 /// Number of CQs armed for a completion event (the application waits on a channel).
 pub static ARMED_CQS: AtomicUsize = AtomicUsize::new(0);
 

@@ -23,7 +23,7 @@ use super::qp::Qp;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{Completion, CompletionSink};
-use crate::runtime::engine::{ARMED_CQS, POLL_EPOCH};
+use crate::runtime::engine::{note_poll, ARMED_CQS};
 use crate::runtime::fdqueue::FdQueue;
 use crate::sys::*;
 use std::collections::VecDeque;
@@ -367,7 +367,7 @@ impl Cq {
     /// Takes up to `out.len()` completions, running the QPs feeding this CQ first if it holds
     /// none (see [`Cq::ready`]).
     pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
-        POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
+        note_poll();
         // Send queue positions to retire, newest per QP, applied once the state lock is dropped
         // (lock order, see the module comment). A batch stops early rather than allocate when it
         // spans more QPs than this holds: returning fewer completions is always allowed.
@@ -414,7 +414,7 @@ impl Cq {
     /// this CQ if `progress` (`ibv_start_poll` does, `ibv_next_poll` does not).
     pub fn take_one(&self, progress: bool) -> Option<(Completion, u64)> {
         let got = if progress {
-            POLL_EPOCH.fetch_add(1, Ordering::Relaxed);
+            note_poll();
             self.ready().wcs.pop_front()
         } else {
             self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front()

@@ -486,6 +486,19 @@ pub fn lookup(
         .get(&key)
         .cloned()
         .ok_or(AccessError::Protection)?;
+    let local = check(&reg, pd, addr, len, need, space)?;
+    Ok((reg, local))
+}
+
+/// [`lookup`]'s rules for region `reg`: the local address of `[addr, addr+len)`.
+fn check(
+    reg: &Reg,
+    pd: &Pd,
+    addr: u64,
+    len: usize,
+    need: u32,
+    space: KeySpace,
+) -> std::result::Result<u64, AccessError> {
     if !std::ptr::eq(Arc::as_ptr(&reg.pd), pd) {
         return Err(AccessError::Protection);
     }
@@ -504,7 +517,7 @@ pub fn lookup(
     {
         return Err(AccessError::Protection);
     }
-    Ok((reg, local))
+    Ok(local)
 }
 
 /// A posted SGE with its address in this process's space: an lkey of a region registered with
@@ -541,6 +554,21 @@ impl MemoryKeys for Pd {
     ) -> std::result::Result<Checked, AccessError> {
         lookup(key, self, addr, len, need, space)
             .map(|(reg, addr)| Checked { region: reg as Region, addr })
+    }
+
+    /// Under the table's lock, with no hold taken on the region (two atomic operations fewer
+    /// per check).
+    fn check(
+        &self,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+        space: KeySpace,
+    ) -> std::result::Result<(), AccessError> {
+        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
+        let reg = keys.get(&key).ok_or(AccessError::Protection)?;
+        check(reg, self, addr, len, need, space).map(drop)
     }
 
     fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {

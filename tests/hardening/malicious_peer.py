@@ -25,7 +25,8 @@ MAGIC, HELLO, ACK = 0x52444D53, 1, 2
 SLOT, SLOTS, CTL = 4096, 64, 4096
 LINK_SIZE = CTL + 2 * SLOTS * SLOT
 BELL_SIZE = 4096
-HDR = struct.Struct("<IIIIIIQQQQII")  # msg_len seg_len flags opcode imm rkey addr cmp swap req_seq status xrc_srqn
+HDR = struct.Struct("<IIIIIIQQQQII")  # msg_len seg_len flags opcode imm rkey addr cmp swap req_seq xrc_srqn seal
+SEAL_AT = HDR.size - 4  # an RC slot is the consumer's once this word is seal(its sequence number)
 SEG_DATA = SLOT - HDR.size
 FIRST, LAST, IMM = 1, 2, 4
 SEND, WRITE, READ_REQ, READ_RESP, CMP_SWAP, FETCH_ADD, ATOMIC_RESP, NAK = range(8)
@@ -34,6 +35,10 @@ HEAD, TAIL, CLOSED = 0, 64, 128  # counters inside one direction's control block
 CTL_STRIDE = 512  # from one direction's control block to the other's (ring.rs)
 QPS_ERR = 6
 WAIT = 5.0  # bound on every wait for the victim
+
+
+def seal_of(seq):
+    return (seq & 0xFFFFFFFF) | 1 << 31
 
 
 class Victim:
@@ -100,6 +105,7 @@ class Link:
         self.accepted = len(msg) == 16 and struct.unpack("<IIII", msg)[1] == ACK and len(fds) == 2
         self.victim_bell = fds[1] if self.accepted else None
         self.head = 0
+        self.sealed = 0  # slots below this are sealed
 
     def u64(self, off, value=None):
         if value is None:
@@ -109,14 +115,22 @@ class Link:
     def put(self, payload=b"", **h):
         """Writes one segment at the next slot (not yet published)."""
         fields = dict(msg_len=0, seg_len=len(payload), flags=FIRST | LAST, opcode=SEND, imm=0, rkey=0,
-                      addr=0, cmp=0, swap=0, req_seq=0, status=0, xrc_srqn=0)
+                      addr=0, cmp=0, swap=0, req_seq=0, xrc_srqn=0, seal=0)
         fields.update(h)
         off = CTL + (self.head % SLOTS) * SLOT
         HDR.pack_into(self.mem, off, *fields.values())
         self.mem[off + HDR.size:off + HDR.size + len(payload)] = payload
         self.head += 1
 
+    def seal(self, seq, lap_seq=None):
+        """Seals slot `seq` for sequence number `lap_seq` (its own by default)."""
+        off = CTL + (seq % SLOTS) * SLOT + SEAL_AT
+        struct.pack_into("<I", self.mem, off, seal_of(seq if lap_seq is None else lap_seq))
+
     def publish(self, head=None):
+        for seq in range(self.sealed, self.head):
+            self.seal(seq)
+        self.sealed = self.head
         self.u64(HEAD, self.head if head is None else head)
         os.write(self.victim_bell, struct.pack("<Q", 1))  # wake the victim's progress thread
 
@@ -201,7 +215,7 @@ def wrong_rkey(link, v):
     link.settle()
     nak = HDR.unpack_from(link.mem, CTL + SLOTS * SLOT)
     errors = []
-    if link.u64(CTL_STRIDE + HEAD) < 1 or nak[3] != NAK or nak[10] != WC_REM_ACCESS_ERR:
+    if link.u64(CTL_STRIDE + HEAD) < 1 or nak[3] != NAK or nak[4] != WC_REM_ACCESS_ERR:
         errors.append(f"no REM_ACCESS_ERR NAK (header {nak})")
     link.put(b"\x5a" * 16, opcode=WRITE, msg_len=16, rkey=v.rkey ^ 0x1234, addr=v.addr)
     link.publish()
@@ -211,12 +225,31 @@ def wrong_rkey(link, v):
     return errors
 
 
-def head_far_ahead(link, v):
-    """A SEND whose first segment opens a message, then a head published 2^40 slots ahead."""
-    link.put(b"", opcode=SEND, flags=FIRST, msg_len=1 << 30, seg_len=0)
-    link.publish(head=1 << 40)
-    link.settle()
-    return [] if link.victim_closed() else ["victim did not break the link"]
+def seal_out_of_turn(link, v):
+    """Slot 1 sealed for its next lap, slot 0 unsealed, and a head published 2^40 slots ahead:
+    the victim takes none of it (it reads no head, and waits for slot 0's seal), without
+    hanging; then slot 0 sealed in turn is taken, and slot 1 still is not."""
+    link.put(b"early", opcode=SEND, msg_len=5)
+    link.put(b"lapped", opcode=SEND, msg_len=6)
+    link.seal(1, lap_seq=1 + SLOTS)
+    link.u64(HEAD, 1 << 40)
+    os.write(link.victim_bell, struct.pack("<Q", 1))
+    time.sleep(0.3)
+    errors = []
+    if link.u64(TAIL) != 0 or link.victim_closed():
+        errors.append(f"victim took unsealed slots (tail {link.u64(TAIL)})")
+    link.seal(0)
+    link.u64(HEAD, 2)
+    os.write(link.victim_bell, struct.pack("<Q", 1))
+    deadline = time.monotonic() + WAIT
+    while link.u64(TAIL) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    if link.u64(TAIL) != 1:
+        errors.append(f"victim's tail is {link.u64(TAIL)} after one segment sealed in turn")
+    if link.victim_closed():
+        errors.append("victim broke the link over segments it never took")
+    return errors
 
 
 def garbage(link, v):
@@ -229,7 +262,7 @@ def garbage(link, v):
 
 def ghost_responses(link, v):
     link.put(b"\x5a" * SEG_DATA, opcode=READ_RESP, msg_len=SEG_DATA, req_seq=1)
-    link.put(opcode=NAK, req_seq=1, status=0xDEAD)
+    link.put(opcode=NAK, req_seq=1, imm=0xDEAD)
     link.publish()
     link.settle()
     return [] if link.victim_closed() else ["victim took a response to nothing"]
@@ -318,10 +351,10 @@ def sealed_cannot_shrink():
 
 RING = {f.__name__: f for f in [canary_write, segment_beyond_message, outside_region,
                                 long_read_response, msg_len_changes,
-                                send_beyond_receive, wrong_rkey, head_far_ahead, garbage,
+                                send_beyond_receive, wrong_rkey, seal_out_of_turn, garbage,
                                 ghost_responses, full_blocking_doorbell]}
 EXPECT_ERR = {"segment_beyond_message", "outside_region", "long_read_response", "msg_len_changes",
-              "send_beyond_receive", "wrong_rkey", "head_far_ahead", "garbage", "ghost_responses"}
+              "send_beyond_receive", "wrong_rkey", "garbage", "ghost_responses"}
 SETUP = {"unsealed_link": dict(seal_link=False), "unsealed_bell": dict(seal_bell=False)}
 DOORBELLS = {f.__name__: f for f in [pipe_doorbell, eventfd_doorbell]}
 

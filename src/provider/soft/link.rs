@@ -17,7 +17,8 @@ use crate::runtime::shm::Shm;
 use crate::runtime::unix::{self, Pod};
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const MAGIC: u32 = 0x5244_4d53; // "RDMS"
 pub const HELLO: u32 = 1;
@@ -80,7 +81,8 @@ pub struct Link {
     pub out: Ring,
     /// The ring we consume from.
     pub inn: Ring,
-    peer_bell: Mutex<Option<Bell>>,
+    /// Set once, when the peer's Ack brings it: read on every publish, so no lock.
+    peer_bell: OnceLock<Bell>,
     sock: OwnedFd,
     grants: Mutex<Grants>,
     /// The process generation that made the link: in a forked child the rings still belong to
@@ -103,7 +105,7 @@ impl Link {
             shm,
             out,
             inn,
-            peer_bell: Mutex::new(None),
+            peer_bell: OnceLock::new(),
             sock,
             grants: Mutex::default(),
             generation: fork::generation(),
@@ -135,7 +137,7 @@ impl Link {
             shm,
             out,
             inn,
-            peer_bell: Mutex::new(Some(peer)),
+            peer_bell: OnceLock::from(peer),
             sock,
             grants: Mutex::default(),
             generation: fork::generation(),
@@ -176,13 +178,14 @@ impl Link {
                 let bshm = fds.pop().ok_or(Errno::EINVAL)?;
                 // Store the doorbell first, then ring it: a publisher that still saw no doorbell
                 // published before this ring, so the peer's wake-up sees its data; one that sees
-                // the doorbell rings it itself. (The other order loses wake-ups.)
-                let mut slot = self.peer_bell.lock().unwrap_or_else(|e| e.into_inner());
-                if slot.is_some() {
+                // the doorbell rings it itself (`notify_peer` looks again after a fence when it
+                // sees none). The other order loses wake-ups.
+                if self.peer_bell.set(Bell::from_fds(bshm, efd)?).is_err() {
                     return Err(Errno::EINVAL); // one Ack per link
                 }
-                let bell = slot.insert(Bell::from_fds(bshm, efd)?);
-                bell.ring();
+                if let Some(bell) = self.peer_bell.get() {
+                    bell.ring();
+                }
                 continue;
             }
             let gm = GrantMsg::from_bytes(m).filter(|gm| {
@@ -241,7 +244,13 @@ impl Link {
 
     /// Wakes the peer's progress thread if it sleeps.
     pub fn notify_peer(&self) {
-        if let Some(b) = self.peer_bell.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(b) = self.peer_bell.get() {
+            return b.ring();
+        }
+        // No doorbell seen: it may be being stored right now. After a full fence, either this
+        // load sees it, or its setter's ring comes after our publish and wakes the peer for it.
+        fence(Ordering::SeqCst);
+        if let Some(b) = self.peer_bell.get() {
             b.ring();
         }
     }

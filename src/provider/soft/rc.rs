@@ -101,6 +101,9 @@ pub(super) fn status_of(e: AccessError) -> u32 {
 impl SoftQp {
     /// Writes queued responses, then queued requests, while the ring has room.
     pub(super) fn push_sends(&self, st: &mut Inner) -> bool {
+        if st.sq.is_empty() && st.responses.is_empty() {
+            return false; // the common poll: no hold taken on the link
+        }
         let Some(link) = st.link.clone() else { return false };
         let mut wrote = self.push_responses(st, &link);
         if st.state != QpState::Rts || !st.responses.is_empty() {
@@ -189,8 +192,8 @@ impl SoftQp {
                     compare_add: w.compare_add,
                     swap: w.swap,
                     req_seq: 0,
-                    status: 0,
                     xrc_srqn: w.xrc_srqn,
+                    seal: 0,
                 };
                 let (hp, data) = ring.slot(ring.head());
                 // SAFETY: the producer owns the free slot at head; SEG_DATA bytes follow the
@@ -199,20 +202,17 @@ impl SoftQp {
                     hp.write_volatile(h);
                     copy_out(&w.payload, off, data, n as usize);
                 }
-                ring.publish(1);
+                ring.seal_and_publish();
                 wrote = true;
                 st.pushed = off + n;
                 if st.pushed == data_len {
                     break;
                 }
             }
-            let w = st.sq.pop_front().expect("front exists");
             st.pushed = 0;
-            let captured =
-                if super::ring_capture::on() { self.capture(st, &w, data_len) } else { None };
             let end = ring.head();
-            let mut f = self.inflight(w, end.wrapping_sub(message_slots(data_len as u32)), end);
-            f.captured = captured;
+            let start = end.wrapping_sub(message_slots(data_len as u32));
+            let mut f = self.retire_front(st, data_len, start, end);
             f.done = self.uc; // UC: complete once sent, acknowledged by nobody
             st.inflight.push_back(f);
         }
@@ -220,7 +220,35 @@ impl SoftQp {
     }
 
     /// The record of a request written to the ring as slots `[start_seq, end_seq)`.
-    pub(super) fn inflight(&self, w: SendWqe, start_seq: u64, end_seq: u64) -> Inflight {
+    pub(super) fn inflight(&self, mut w: SendWqe, start_seq: u64, end_seq: u64) -> Inflight {
+        self.record(&mut w, start_seq, end_seq)
+    }
+
+    /// [`SoftQp::inflight`] for the front of the send queue, which it leaves, with its capture
+    /// if one is written (`data_len`: the bytes it carried). Built in place on the fast path:
+    /// a `SendWqe` is large (its inline data), and moving it out of the queue costs a copy and
+    /// a read stalled behind it, on every message.
+    pub(super) fn retire_front(
+        &self,
+        st: &mut Inner,
+        data_len: u64,
+        start_seq: u64,
+        end_seq: u64,
+    ) -> Inflight {
+        if super::ring_capture::on() {
+            let w = st.sq.pop_front().expect("front exists");
+            let captured = self.capture(st, &w, data_len);
+            let mut f = self.inflight(w, start_seq, end_seq);
+            f.captured = captured;
+            return f;
+        }
+        let f = self.record(st.sq.front_mut().expect("front exists"), start_seq, end_seq);
+        st.sq.drain(..1); // dropped where it lies
+        f
+    }
+
+    /// The record of request `w`; a READ's or atomic's scatter list moves into it.
+    fn record(&self, w: &mut SendWqe, start_seq: u64, end_seq: u64) -> Inflight {
         let awaits = w.awaits_response();
         Inflight {
             wr_id: w.wr_id,
@@ -234,8 +262,8 @@ impl SoftQp {
             awaits_response: awaits,
             done: false,
             error: None,
-            local: match w.payload {
-                Payload::Sges(s) if awaits => Some(s),
+            local: match &mut w.payload {
+                Payload::Sges(s) if awaits => Some(std::mem::replace(s, Sgl::empty())),
                 _ => None,
             },
             resp_off: 0,
@@ -282,7 +310,7 @@ impl SoftQp {
                         );
                     }
                     *off += n;
-                    ring.publish(1);
+                    ring.seal_and_publish();
                     wrote = true;
                     if *off < *len {
                         continue;
@@ -302,7 +330,7 @@ impl SoftQp {
                         hp.write_volatile(h);
                         data.cast::<u64>().write_unaligned(*value);
                     }
-                    ring.publish(1);
+                    ring.seal_and_publish();
                     wrote = true;
                 }
                 RespJob::Nak { req_seq, status } => {
@@ -310,12 +338,12 @@ impl SoftQp {
                         flags: SEG_FIRST | SEG_LAST,
                         opcode: OP_NAK,
                         req_seq: *req_seq,
-                        status: *status,
+                        imm: *status, // a NAK carries its status where a request's immediate is
                         ..SegHdr::default()
                     };
                     // SAFETY: free slot owned by the producer.
                     unsafe { hp.write_volatile(h) };
-                    ring.publish(1);
+                    ring.seal_and_publish();
                     wrote = true;
                     nak = Some(*status);
                     st.responses.pop_front();
@@ -520,7 +548,7 @@ pub(super) fn check_local(keys: &dyn MemoryKeys, sgl: &Sgl, need: u32) -> Result
         if s.length == 0 {
             continue;
         }
-        keys.lookup(s.lkey, s.addr, s.length as usize, need, KeySpace::Local)?;
+        keys.check(s.lkey, s.addr, s.length as usize, need, KeySpace::Local)?;
     }
     Ok(())
 }

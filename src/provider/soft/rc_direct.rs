@@ -24,11 +24,7 @@ impl SoftQp {
         if !unsafe { g.execute(w) } {
             return false;
         }
-        let w = st.sq.pop_front().expect("front exists");
-        let captured =
-            if super::ring_capture::on() { self.capture(st, &w, data_len) } else { None };
-        let mut f = self.inflight(w, 0, 0);
-        f.captured = captured;
+        let mut f = self.retire_front(st, data_len, 0, 0);
         f.done = true; // executed: complete at once (nothing earlier is outstanding)
         st.inflight.push_back(f);
         self.reap(st, 0);

@@ -43,7 +43,11 @@ const MAX_QUEUED_RESPONSES: usize = SLOTS as usize;
 impl SoftQp {
     /// Executes incoming segments; returns whether anything was consumed.
     pub(super) fn consume(&self, st: &mut Inner) -> bool {
-        let Some(link) = st.link.clone() else { return false };
+        let Some(link) = st.link.as_ref() else { return false };
+        if !link.inn.sealed(link.inn.tail()) {
+            return false; // the common poll: no hold taken on the link
+        }
+        let link = link.clone();
         if !matches!(st.state, QpState::Rtr | QpState::Rts) || nak_pending(st) {
             return false;
         }
@@ -52,17 +56,14 @@ impl SoftQp {
         // One ring's worth per pass: a peer refilling its ring as fast as we drain it cannot
         // keep this QP's lock and the progress thread to itself.
         for _ in 0..SLOTS {
-            let Some(available) = ring.available() else {
-                self.fail(st); // a head behind the tail or more than a ring ahead
-                break;
-            };
-            if available == 0 {
+            // The peer's `head` is not read: a slot is ours to read once sealed for our tail.
+            let seq = ring.tail();
+            if !ring.sealed(seq) {
                 break;
             }
-            let seq = ring.tail();
             let (hp, data) = ring.slot(seq);
-            // SAFETY: the slot lies in the mapping and is published (available > 0); it is read
-            // once, so the checks below and the use of the header see the same values.
+            // SAFETY: the slot lies in the mapping and is sealed for `seq`; it is read once, so
+            // the checks below and the use of the header see the same values.
             let h = unsafe { hp.read_volatile() };
             let open = st.cur_in.as_ref().map(InMsg::open);
             let request = !matches!(h.opcode, OP_READ_RESP | OP_ATOMIC_RESP | OP_NAK);

@@ -3,8 +3,14 @@
 //! A message is cut into segments, one per slot, each with a header. The producer advances
 //! `head` after writing a slot (release); the consumer advances `tail` after copying a slot out
 //! (release). Both counters only grow, so `head - tail` is the number of full slots.
+//!
+//! An RC segment is also sealed: its header's last word, stored (release) after the rest of the
+//! slot, names the sequence number it was written for ([`Ring::seal_and_publish`]). The RC
+//! consumer waits on the seal of the slot at its tail, not on `head` ([`Ring::sealed`]), so a
+//! segment reaches it in the cache lines of the slot alone: `head`'s line stays with the
+//! producer. (UD records span slots and keep to `head`, see `ud_ring`.)
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const SLOT_SIZE: usize = 4096;
 pub const SLOTS: u64 = 64;
@@ -43,7 +49,8 @@ pub struct SegHdr {
     pub seg_len: u32,
     pub flags: u32,
     pub opcode: u32,
-    /// Immediate data, in network byte order as given by the sender.
+    /// Immediate data, in network byte order as given by the sender; a NAK's work completion
+    /// status for the requester.
     pub imm: u32,
     pub rkey: u32,
     /// Target address of this segment's payload (one-sided operations).
@@ -52,13 +59,21 @@ pub struct SegHdr {
     pub swap: u64,
     /// Responses and NAKs: the ring sequence number just past the request they answer.
     pub req_seq: u64,
-    /// NAKs: the work completion status for the requester.
-    pub status: u32,
     /// XRC requests: the SRQ number at the target that the request names.
     pub xrc_srqn: u32,
+    /// [`seal_of`] the slot's sequence number once the slot is complete; written by
+    /// [`Ring::seal_and_publish`] alone (a header is written with 0 here, which no seal is).
+    pub seal: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<SegHdr>() == 64);
+const SEAL_AT: usize = std::mem::offset_of!(SegHdr, seal);
+
+/// The seal of the segment with sequence number `seq`: never 0 (a header as written, or a
+/// slot never written), and never the seal of the same slot one lap earlier.
+pub fn seal_of(seq: u64) -> u32 {
+    seq as u32 | 1 << 31
+}
 
 /// Control words of one direction, each on its own cache line.
 #[repr(C, align(64))]
@@ -184,6 +199,28 @@ impl Ring {
         (p.cast(), unsafe { p.add(std::mem::size_of::<SegHdr>()) })
     }
 
+    /// RC producer: seals the slot at `head`, whose header and payload are written, and
+    /// publishes it.
+    pub fn seal_and_publish(&self) {
+        let seq = self.ctl().head.value.load(Ordering::Relaxed);
+        self.seal_word(seq).store(seal_of(seq), Ordering::Release);
+        self.publish(1);
+    }
+
+    /// RC consumer: whether the slot with sequence number `seq` holds its segment (acquire:
+    /// then its header and payload may be read).
+    pub fn sealed(&self, seq: u64) -> bool {
+        self.seal_word(seq).load(Ordering::Acquire) == seal_of(seq)
+    }
+
+    fn seal_word(&self, seq: u64) -> &AtomicU32 {
+        let (hp, _) = self.slot(seq);
+        // SAFETY: the seal is an aligned u32 inside the slot's header, in the live mapping;
+        // both ends only ever touch it atomically (headers are written with 0 there before
+        // the seal, which no seal equals).
+        unsafe { AtomicU32::from_ptr(hp.cast::<u8>().add(SEAL_AT).cast()) }
+    }
+
     /// Producer: makes the next `n` slots visible.
     pub fn publish(&self, n: u64) {
         let c = &self.ctl().head.value;
@@ -286,6 +323,31 @@ mod tests {
         assert_eq!(p.free(), 0);
         c.consume(SLOTS + 3); // a consumer releasing what was never published
         assert_eq!(p.free(), 0);
+    }
+
+    #[test]
+    fn a_slot_is_sealed_for_its_own_lap_only() {
+        let mut mem = link_memory();
+        let (p, c) = ends(&mut mem);
+        assert!(!c.sealed(0), "a slot never written holds no seal");
+        let (hp, _) = p.slot(0);
+        // SAFETY: slot 0 is in the mapping and the producer's; the consumer reads it only sealed.
+        unsafe { hp.write_volatile(SegHdr { msg_len: 7, ..SegHdr::default() }) };
+        assert!(!c.sealed(0), "a header written but not sealed");
+        p.seal_and_publish();
+        assert!(c.sealed(0));
+        assert_eq!(p.head(), 1);
+        assert!(!c.sealed(1) && !c.sealed(SLOTS), "the next slot, and slot 0's next lap");
+        for _ in 1..SLOTS {
+            p.seal_and_publish();
+        }
+        assert!(!c.sealed(SLOTS), "slot 0 still holds its first lap's segment");
+        // SAFETY: as above, for the slot's second lap.
+        unsafe { hp.write_volatile(SegHdr::default()) };
+        assert!(!c.sealed(0) && !c.sealed(SLOTS), "rewritten: neither lap's seal");
+        p.seal_and_publish();
+        assert!(c.sealed(SLOTS) && !c.sealed(0));
+        assert_ne!(seal_of(u32::MAX as u64), 0, "the seal never wraps to 0");
     }
 
     /// Each end reads the other's counter once per batch, and never misses what it published.

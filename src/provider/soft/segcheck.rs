@@ -188,9 +188,9 @@ fn response(h: &SegHdr, find: impl FnOnce(u64) -> Option<Outstanding>) -> Result
             if h.seg_len != 0 {
                 return Err(Violation::Length);
             }
-            match h.status {
+            match h.imm {
                 IBV_WC_REM_ACCESS_ERR | IBV_WC_REM_INV_REQ_ERR | IBV_WC_REM_OP_ERR => {
-                    Ok(Step::Nak { status: h.status })
+                    Ok(Step::Nak { status: h.imm })
                 }
                 _ => Err(Violation::Status),
             }

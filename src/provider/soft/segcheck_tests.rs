@@ -164,14 +164,14 @@ fn nak_status_is_one_of_the_remote_errors() {
     let mut h = hdr(OP_NAK, SEG_FIRST | SEG_LAST, 0, 0);
     h.req_seq = 7;
     for s in [IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR] {
-        h.status = s;
+        h.imm = s;
         assert_eq!(check(None, &h, read(8, 0)), Ok(Step::Nak { status: s }));
     }
     for s in [0, 5, 12, 0xdead_beef] {
-        h.status = s;
+        h.imm = s;
         assert_eq!(check(None, &h, read(8, 0)), Err(Violation::Status));
     }
-    h.status = IBV_WC_REM_OP_ERR;
+    h.imm = IBV_WC_REM_OP_ERR;
     h.req_seq = 1 << 40;
     assert_eq!(check(None, &h, read(8, 0)), Err(Violation::Unmatched));
 }
@@ -180,7 +180,7 @@ fn nak_status_is_one_of_the_remote_errors() {
 fn responses_do_not_disturb_the_open_request() {
     let o = open(OP_SEND, 3 * D, D);
     let h =
-        SegHdr { req_seq: 7, status: IBV_WC_REM_OP_ERR, ..hdr(OP_NAK, SEG_FIRST | SEG_LAST, 0, 0) };
+        SegHdr { req_seq: 7, imm: IBV_WC_REM_OP_ERR, ..hdr(OP_NAK, SEG_FIRST | SEG_LAST, 0, 0) };
     let s = check(o, &h, read(8, 0)).unwrap();
     assert_eq!(s.next_open(o), o);
 }
