@@ -6,11 +6,14 @@ A measurement is a key such as ("rdmashim", "send_lat", 64) -> value. Units:
   *_bw    bandwidth in MiB/s (perftest and UCX print MiB as "MB"; fi_pingpong's decimal MB are
           converted);
   *_mr    message rate in millions of messages per second;
-  rc_pingpong_*  µs per round trip, from ibv_rc_pingpong's "usec/iter" line;
+  rc_pingpong_*  µs per round trip, from ibv_rc_pingpong's "usec/iter" line; the event-mode
+          figure's peer ("kernel") is bench/wake_pingpong.c, two processes passing a byte over
+          pipes (each round trip two sleeps and two wake-ups: what those cost the kernel);
   rstream_lat / rstream_bw  rstream's own usec/xfer (one way: it halves the round trip) and
           Gb/sec (converted to MiB/s), over rsockets ("rdmashim") and with -T s over the
           kernel's TCP on loopback ("tcp"), same program, same options."""
 import re
+import subprocess
 
 from pairs import HOST, free_port, run_pair
 
@@ -90,6 +93,7 @@ class Runner:
         self.results = {}
         self.failures = []
         self.commands = []
+        self.wake_exe = None  # bench/wake_pingpong.c, compiled by bench/run
 
     def record(self, key, value, what):
         if value is None or not value > 0:
@@ -153,6 +157,24 @@ class Runner:
         m = re.search(r"^\d+ iters in [\d.]+ seconds = ([\d.]+) usec/iter", out.client_out, re.M)
         self.record(("rdmashim", name, 64), float(m.group(1)) if m else None,
                     "ibv_rc_pingpong" + (" -e" if event else ""))
+
+    def wake_pingpong(self):
+        """The kernel's round trip of two sleeping processes (bench/wake_pingpong.c), the peer of
+        the event-mode figure, measured right after it."""
+        n = 200 if self.quick else 2000
+        self.commands.append(f"wake_pingpong {n}   (bench/wake_pingpong.c)")
+        try:
+            r = subprocess.run([self.wake_exe, str(n)], capture_output=True, text=True,
+                               timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.failures.append(f"wake_pingpong: timed out after {self.timeout} s")
+            return
+        m = re.search(r"^([\d.]+) usec/round trip", r.stdout, re.M)
+        if r.returncode != 0:
+            self.failures.append(f"wake_pingpong: exit status {r.returncode}: {r.stderr[-300:]}")
+            return
+        self.record(("kernel", "rc_pingpong_event", 64), float(m.group(1)) if m else None,
+                    "wake_pingpong")
 
     # --- rsockets: Debian's rstream, over rdmashim and (-T s) over TCP ------------------------
     def rstream(self, tcp, size):
@@ -241,4 +263,6 @@ def run_all(runner, have):
             r.rstream(True, size)
     if have("ibv_rc_pingpong"):
         r.rc_pingpong(event=True)
+        if r.wake_exe:
+            r.wake_pingpong()
         r.rc_pingpong(event=False)
