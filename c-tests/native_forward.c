@@ -4,6 +4,8 @@
  *
  *   native_forward STAND_IN native   every call must reach the stand-in's objects
  *   native_forward STAND_IN soft     the stand-in must not be involved (auto without devices)
+ *   native_forward STAND_IN both     two devices (RDMASHIM_PROVIDER=both): the stand-in's, then
+ *                                    the front's own, each serving its own objects
  *
  * With "native" it checks that the objects the program gets are the stand-in's: the ops the
  * program's inlined ibv_post_send/ibv_poll_cq jump through lie in the stand-in's copy (a
@@ -13,8 +15,9 @@
  * (ibv_post_send, ibv_poll_cq, ... as FFI callers reach them), a completion event waited for with
  * poll() on the channel fd, the extended API (ibv_query_device_ex, ibv_create_qp_ex, a SEND
  * through ibv_wr_* inlined and exported, ibv_create_cq_ex and ibv_start_poll), and an rdma_cm
- * id on a real event channel fd. Exit 0 passes; the first
- * failed check says where and exits 1.
+ * id on a real event channel fd. With "both" it does all of that on each device in turn, in
+ * one process (the stand-in's objects, then the front's), and the CM's id is the front's.
+ * Exit 0 passes; the first failed check says where and exits 1.
  *
  * With RDMASHIM_TRACE set (native), the context's data-path ops must instead be the front's
  * traced trampolines (tracing asks for that hop), and the program prints how many data-path
@@ -160,28 +163,11 @@ static void exchange_ex(struct side *a, struct side *b, struct ibv_qp_ex *qx, in
         "extended send arrived (exported %d)", exported);
 }
 
-int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IONBF, 0);
-  if (argc != 3 || (strcmp(argv[2], "native") && strcmp(argv[2], "soft"))) {
-    fprintf(stderr, "usage: native_forward STAND_IN native|soft\n");
-    return 2;
-  }
-  int native = !strcmp(argv[2], "native");
-  char stand_in[PATH_MAX];
-  CHECK(realpath(argv[1], stand_in), "%s", argv[1]);
-  x_post_send = (post_send_fn)dlsym(RTLD_DEFAULT, "ibv_post_send");
-  x_post_recv = (post_recv_fn)dlsym(RTLD_DEFAULT, "ibv_post_recv");
-  x_poll_cq = (poll_cq_fn)dlsym(RTLD_DEFAULT, "ibv_poll_cq");
-  x_notify = (notify_fn)dlsym(RTLD_DEFAULT, "ibv_req_notify_cq");
-  CHECK(x_post_send && x_post_recv && x_poll_cq && x_notify,
-          "the formerly inline calls are exported (run under rdmashim)");
-
-  int n = -1;
-  struct ibv_device **list = ibv_get_device_list(&n);
-  CHECK(list && n == 1, "one device (got %d)", n);
-  CHECK(!strcmp(ibv_get_device_name(list[0]), "soft0"), "device name %s",
-        ibv_get_device_name(list[0]));
-  ctx = ibv_open_device(list[0]);
+/* Everything on one device's context: whose objects they are (`stand_in`: the stand-in's, by
+ * the mapping its ops lie in; else the front's), then data through them. */
+static void run_device(struct ibv_device *dev, int stand_in_objects, const char *stand_in,
+                       const char *traced) {
+  ctx = ibv_open_device(dev);
   CHECK(ctx, "ibv_open_device");
 
   /* Whose objects: the ops of the context against the library the program's calls bound to. */
@@ -190,15 +176,14 @@ int main(int argc, char **argv) {
   void *ops_base = base_of((void *)ctx->ops.post_send, ops_lib, sizeof ops_lib);
   printf("calls bound to %s (%p); the context's ops are in %s (%p)\n", front, front_base, ops_lib,
          ops_base);
-  const char *traced = getenv("RDMASHIM_TRACE");
-  if (native && traced && *traced) {
+  if (stand_in_objects && traced && *traced) {
     CHECK(ops_base == front_base, "traced: the ops must be the front's trampolines");
-  } else if (native) {
+  } else if (stand_in_objects) {
     CHECK(ops_base && ops_base != front_base, "the ops must be the stand-in's, not the front's");
     CHECK(!strcmp(ops_lib, stand_in), "the ops lie in %s, not in the stand-in %s", ops_lib,
           stand_in);
   } else {
-    CHECK(ops_base == front_base, "auto without devices: the soft provider of the front serves");
+    CHECK(ops_base == front_base, "the soft provider of the front serves this device");
   }
 
   struct ibv_device_attr_ex dx;
@@ -248,7 +233,7 @@ int main(int argc, char **argv) {
   struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(s[0].qp);
   CHECK(qx && qx->wr_send, "ibv_qp_to_qp_ex");
   void *wr_base = base_of((void *)qx->wr_send, NULL, 0);
-  if (native && !(traced && *traced))
+  if (stand_in_objects && !(traced && *traced))
     CHECK(wr_base == ops_base, "the builders must be the stand-in's, not the front's");
   else
     CHECK(wr_base == front_base, "traced or soft: the builders are the front's");
@@ -290,17 +275,6 @@ int main(int argc, char **argv) {
     CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(xcq)), "destroy the extended CQ");
   }
 
-  /* The CM: an id on a real event channel fd, bound to loopback. */
-  struct rdma_event_channel *ec = rdma_create_event_channel();
-  CHECK(ec && fcntl(ec->fd, F_GETFD) >= 0, "rdma_create_event_channel with a real fd");
-  struct rdma_cm_id *id;
-  CHECK(!rdma_create_id(ec, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
-  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
-  CHECK(!rdma_bind_addr(id, (struct sockaddr *)&sin), "rdma_bind_addr");
-  CHECK(id->verbs != NULL, "the bound id has its device's context");
-  CHECK(!rdma_destroy_id(id), "rdma_destroy_id");
-  rdma_destroy_event_channel(ec);
-
   for (int i = 0; i < 2; i++) {
     CHECK(!ibv_destroy_qp(s[i].qp), "ibv_destroy_qp");
     CHECK(!ibv_destroy_cq(s[i].cq), "ibv_destroy_cq");
@@ -310,6 +284,58 @@ int main(int argc, char **argv) {
   CHECK(!ibv_destroy_comp_channel(ch), "ibv_destroy_comp_channel");
   CHECK(!ibv_dealloc_pd(pd), "ibv_dealloc_pd");
   CHECK(!ibv_close_device(ctx), "ibv_close_device");
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  if (argc != 3 ||
+      (strcmp(argv[2], "native") && strcmp(argv[2], "soft") && strcmp(argv[2], "both"))) {
+    fprintf(stderr, "usage: native_forward STAND_IN native|soft|both\n");
+    return 2;
+  }
+  int native = !strcmp(argv[2], "native"), both = !strcmp(argv[2], "both");
+  char stand_in[PATH_MAX];
+  CHECK(realpath(argv[1], stand_in), "%s", argv[1]);
+  x_post_send = (post_send_fn)dlsym(RTLD_DEFAULT, "ibv_post_send");
+  x_post_recv = (post_recv_fn)dlsym(RTLD_DEFAULT, "ibv_post_recv");
+  x_poll_cq = (poll_cq_fn)dlsym(RTLD_DEFAULT, "ibv_poll_cq");
+  x_notify = (notify_fn)dlsym(RTLD_DEFAULT, "ibv_req_notify_cq");
+  CHECK(x_post_send && x_post_recv && x_poll_cq && x_notify,
+          "the formerly inline calls are exported (run under rdmashim)");
+  void *front_base = base_of((void *)x_post_send, NULL, 0);
+  const char *traced = getenv("RDMASHIM_TRACE");
+
+  int n = -1;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  CHECK(list && n == (both ? 2 : 1), "%d device(s) (got %d)", both ? 2 : 1, n);
+  CHECK(list[n] == NULL, "the list ends in NULL");
+  for (int i = 0; i < n; i++)
+    CHECK(!strcmp(ibv_get_device_name(list[i]), "soft0"), "device %d's name %s", i,
+          ibv_get_device_name(list[i]));
+  if (both) {
+    /* The native library's device first, then ours; each call goes where its object lives. */
+    run_device(list[0], 1, stand_in, traced);
+    run_device(list[1], 0, stand_in, traced);
+  } else {
+    run_device(list[0], native, stand_in, traced);
+  }
+
+  /* The CM: an id on a real event channel fd, bound to loopback. */
+  struct rdma_event_channel *ec = rdma_create_event_channel();
+  CHECK(ec && fcntl(ec->fd, F_GETFD) >= 0, "rdma_create_event_channel with a real fd");
+  struct rdma_cm_id *id;
+  CHECK(!rdma_create_id(ec, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+  CHECK(!rdma_bind_addr(id, (struct sockaddr *)&sin), "rdma_bind_addr");
+  CHECK(id->verbs != NULL, "the bound id has its device's context");
+  /* librdmacm is the stand-in's in passthrough, and ours with both (or soft). */
+  void *cm_ops = base_of((void *)id->verbs->ops.post_send, NULL, 0);
+  if (!(native && traced && *traced))
+    CHECK((cm_ops == front_base) == !native, "the CM's device context is %s",
+          native ? "the front's, not the stand-in's" : "the stand-in's, not the front's");
+  CHECK(!rdma_destroy_id(id), "rdma_destroy_id");
+  rdma_destroy_event_channel(ec);
+
   ibv_free_device_list(list);
   printf("data-path calls: ibv_post_send %d ibv_post_recv %d ibv_poll_cq %d ibv_req_notify_cq 1 "
          "ibv_wr_start %d ibv_wr_send %d ibv_wr_set_sge %d ibv_wr_complete %d ibv_start_poll %d "

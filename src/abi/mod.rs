@@ -17,6 +17,7 @@ pub mod native_trace;
 pub mod native_trace_ex;
 pub mod rdma_cma;
 pub mod rdma_verbs;
+pub mod route;
 pub mod rsocket;
 pub mod verbs;
 pub mod verbs_dm;
@@ -259,7 +260,10 @@ macro_rules! entry {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> <$conv as $crate::abi::Convention>::C {
             // Passthrough (provider::native): the native library's function of the same name,
             // where it has one, called with the same arguments (and traced like ours).
-            if $crate::provider::native::on() {
+            // With `both`, only a call whose object is the native library's ([`route`]).
+            if $crate::provider::native::on()
+                && ($crate::provider::native::forwards_all() || $crate::route_first!($($arg),*))
+            {
                 static NATIVE: $crate::provider::native::Symbol =
                     $crate::provider::native::Symbol::new(
                         match ::std::ffi::CStr::from_bytes_with_nul(
@@ -350,14 +354,20 @@ macro_rules! unimplemented_entry {
 /// `lookup` finds alive (the guard it returns holds it meanwhile), or, in passthrough
 /// ([`crate::provider::native`]), any non-NULL handle, which is the native library's (`None`:
 /// only that library knows its objects, and its inline body trusts them as rdma-core's does).
+/// With `both`, a non-NULL handle that `lookup` does not find is the native library's.
 pub fn inline_handle<T, G>(
     p: *mut T,
     lookup: impl FnOnce(*mut T) -> Result<G>,
 ) -> Result<Option<G>> {
-    if crate::provider::native::on() {
+    use crate::provider::native;
+    if native::forwards_all() {
         return if p.is_null() { Err(Errno::EINVAL) } else { Ok(None) };
     }
-    lookup(p).map(Some)
+    match lookup(p) {
+        // With `both`, a handle that is not ours is the native library's ([`route`]).
+        Err(_) if native::on() && !p.is_null() => Ok(None),
+        r => r.map(Some),
+    }
 }
 
 /// Borrows a C out-parameter, `EINVAL` if NULL.

@@ -166,7 +166,7 @@ entry! {
     }
 
     fn rdma_free_devices(list: *mut *mut ibv_context) -> Nothing {
-        crate::verbs::ptr_list::free(list);
+        let _ = crate::verbs::ptr_list::free(list);
         Ok(())
     }
 

@@ -62,14 +62,16 @@ unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
 
 /// In passthrough ([`crate::provider::native`]), the op `slot` of the native object's context
 /// (`EOPNOTSUPP` if unset), which the formerly inline data-path calls go through as verbs.h's
-/// inline bodies do; `None` otherwise. `EINVAL` for a NULL object or context.
-fn native_op<T, F>(
+/// inline bodies do; `None` otherwise (and for an object of ours with `both`). `EINVAL` for a
+/// NULL object or context.
+fn native_op<T: crate::abi::route::Owned, F>(
     p: *mut T,
     context: impl FnOnce(&T) -> *mut ibv_context,
     slot: impl FnOnce(&ibv_context_ops) -> Option<F>,
 ) -> Result<Option<F>> {
-    if !crate::provider::native::on() {
-        return Ok(None);
+    use crate::provider::native;
+    if !native::on() || (!native::forwards_all() && !crate::route_first!(p)) {
+        return Ok(None); // ours (with `both`: an object of ours, or NULL)
     }
     // SAFETY: in passthrough p is NULL or the native library's live object (the API contract).
     let ctx = context(unsafe { p.as_ref() }.ok_or(Errno::EINVAL)?);
@@ -94,17 +96,16 @@ fn check_port(port: u8) -> Result<()> {
 
 entry! {
     fn ibv_get_device_list(num: *mut c_int) -> NullOr<*mut ibv_device> {
-        let dev = device::device_list();
-        let list = crate::verbs::ptr_list::alloc(dev)?;
+        let (list, n) = device::devices()?;
         // SAFETY: num is NULL or a valid out-pointer.
-        if let Some(n) = unsafe { num.as_mut() } {
-            *n = dev.is_some() as c_int;
+        if let Some(out) = unsafe { num.as_mut() } {
+            *out = n as c_int;
         }
         Ok(list)
     }
 
     fn ibv_free_device_list(list: *mut *mut ibv_device) -> Nothing {
-        crate::verbs::ptr_list::free(list);
+        device::free_devices(list);
         Ok(())
     }
 

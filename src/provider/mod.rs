@@ -278,7 +278,9 @@ pub trait Provider: Send + Sync {
 pub const SOFT_DEVICE_NAME: &str = "soft0";
 
 /// The provider that serves calls in this process: the soft one, unless `RDMASHIM_PROVIDER`
-/// (see [`native`]) forwards every call to the native library or selects no provider.
+/// (see [`native`]) forwards every call to the native library or selects no provider. (With
+/// `both` it serves our own objects beside the native library's.)
 pub fn selected() -> Option<&'static dyn Provider> {
-    (native::mode() == native::Mode::Soft).then_some(&soft::SOFT as &dyn Provider)
+    matches!(native::mode(), native::Mode::Soft | native::Mode::Both)
+        .then_some(&soft::SOFT as &dyn Provider)
 }

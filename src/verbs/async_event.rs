@@ -67,16 +67,20 @@ pub fn handed_out(kind: ibv_event_type, el: Element) {
 /// `ibv_ack_async_event(e)`: the event's object, named by the union member its type makes
 /// valid, has one unacknowledged event less.
 pub fn ack(e: &ibv_async_event) {
+    if let Some(obj) = object_of(e) {
+        acked(obj);
+    }
+}
+
+/// The address of the QP, SRQ or CQ event `e` is affiliated with, if its type names one.
+pub fn object_of(e: &ibv_async_event) -> Option<usize> {
     // SAFETY: every member of the element union is a plain pointer or int; reading the pointer
     // members is sound for any bits (they are only compared, never dereferenced).
     let (qp, srq, cq) =
         unsafe { (e.element.qp as usize, e.element.srq as usize, e.element.cq as usize) };
-    let obj = [Element::Qp(qp), Element::Srq(srq), Element::Cq(cq)]
+    [Element::Qp(qp), Element::Srq(srq), Element::Cq(cq)]
         .into_iter()
-        .find_map(|el| affiliated(e.event_type, el));
-    if let Some(obj) = obj {
-        acked(obj);
-    }
+        .find_map(|el| affiliated(e.event_type, el))
 }
 
 /// An event for `obj` was handed to the application.

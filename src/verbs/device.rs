@@ -206,6 +206,43 @@ pub fn device_list() -> Option<*mut ibv_device> {
     crate::provider::selected().map(|_| device_ptr())
 }
 
+/// `ibv_get_device_list`: a list to free with [`free_devices`], and its length. With
+/// `RDMASHIM_PROVIDER=both`, the native library's devices come first, then ours; the native
+/// list they came from is freed with ours.
+pub fn devices() -> Result<(*mut *mut ibv_device, usize)> {
+    use crate::provider::native;
+    let mut items: Vec<*mut ibv_device> = Vec::new();
+    let mut companion = 0;
+    if native::mode() == native::Mode::Both {
+        if let Some((list, n)) = native::devices() {
+            // SAFETY: the native library's list holds n device pointers.
+            items.extend((0..n).map(|i| unsafe { *list.add(i) }.cast::<ibv_device>()));
+            companion = list as usize;
+        }
+    }
+    items.extend(device_list());
+    match super::ptr_list::alloc_all(&items, companion) {
+        Ok(list) => Ok((list, items.len())),
+        Err(e) => {
+            if companion != 0 {
+                // SAFETY: the native library's list from native::devices(), kept by nobody.
+                unsafe { native::free_devices(companion as *mut *mut std::ffi::c_void) };
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `ibv_free_device_list` of a list from [`devices`] (anything else is ignored).
+pub fn free_devices(list: *mut *mut ibv_device) {
+    let companion = super::ptr_list::free(list);
+    if companion != 0 {
+        // SAFETY: a companion is only ever the native list `devices` made the freed list from;
+        // ptr_list hands it back once, with the list.
+        unsafe { crate::provider::native::free_devices(companion as *mut *mut std::ffi::c_void) };
+    }
+}
+
 impl Context {
     pub fn ptr(&self) -> *mut ibv_context {
         // SAFETY: the context field lies inside the live verbs_context allocation.

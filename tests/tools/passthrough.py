@@ -25,7 +25,11 @@ In preload mode (LD_PRELOAD=<build>/librdmashim.so) and drop-in mode
    extended API's (ibv_wr_* of the ibv_qp_ex, ibv_start_poll of the ibv_cq_ex); so are those of
    rdma_server/rdma_client, whose contexts and QPs librdmacm makes;
 5. RDMASHIM_PROVIDER=native with a directory that has no libibverbs.so.1: no devices and one
-   line on stderr that says why, never a silent fallback to the soft device.
+   line on stderr that says why, never a silent fallback to the soft device;
+6. RDMASHIM_PROVIDER=both lists the stand-in's device and then our own soft0: native_forward
+   both moves data on each with its own objects; Debian's ibv_devinfo lists both;
+   ibv_rc_pingpong (the first device: the stand-in's) and rdma_server/rdma_client (librdmacm,
+   ours) pass; with no library, one line on stderr and soft0 alone.
 
 Usage: passthrough.py --build-dir BUILD --program NATIVE_FORWARD
 """
@@ -236,6 +240,37 @@ def main():
                 fail(f"{mode}: native without a library: stdout {out!r}, stderr {err!r}")
             else:
                 print(f"ok   {mode}: native without a library: no device; {said[0]}", flush=True)
+
+    # 6. both: the native library's devices, then ours
+    both = {"RDMASHIM_PROVIDER": "both", "RDMASHIM_NATIVE_LIBDIR": stand_in}
+    for mode in ("preload", "dropin"):
+        env = mode_env(mode, build, **both)
+        rc, out, err = run("both", [prog, stand_in_verbs, "both"], env)
+        if rc != 0:
+            fail(f"{mode}: native_forward both: exit {rc}\n{out}{err}")
+        else:
+            print(f"ok   {mode}: native_forward both (the stand-in's device, then ours)", flush=True)
+        rc, out, err = run("ibv_devinfo", ["ibv_devinfo"], env)
+        if rc != 0 or out.count("hca_id:\tsoft0") != 2:
+            fail(f"{mode}: ibv_devinfo with both: exit {rc}, want two devices\n{out}{err}")
+        else:
+            print(f"ok   {mode}: ibv_devinfo lists two devices with both", flush=True)
+        port = str(free_port())
+        pair(f"{mode}: both: ibv_rc_pingpong (the stand-in's device)",
+             ["ibv_rc_pingpong", "-g", "0", "-n", "200", "-p", port],
+             ["ibv_rc_pingpong", "-g", "0", "-n", "200", "-p", port, "127.0.0.1"], env,
+             "200 iters in")
+        port = str(free_port())
+        pair(f"{mode}: both: rdma_server/rdma_client (our CM)", ["rdma_server", "-p", port],
+             ["rdma_client", "-s", "127.0.0.1", "-p", port], env, "rdma_client: end 0", port=port)
+    with tempfile.TemporaryDirectory() as empty:
+        env = mode_env("preload", build, RDMASHIM_PROVIDER="both", RDMASHIM_NATIVE_LIBDIR=empty)
+        rc, out, err = run("both, no library", ["ibv_devices"], env)
+        said = [ln for ln in err.splitlines() if "RDMASHIM_PROVIDER=both" in ln]
+        if rc != 0 or out.count("soft0") != 1 or len(said) != 1:
+            fail(f"both without a library: exit {rc}, stdout {out!r}, stderr {err!r}")
+        else:
+            print(f"ok   both without a library: soft0 alone; {said[0]}", flush=True)
 
     print(f"\n{'FAIL' if failures else 'ok'}: {len(failures)} failures")
     return 1 if failures else 0

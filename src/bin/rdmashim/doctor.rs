@@ -75,6 +75,13 @@ fn provider(r: &mut Report) {
                 format!("native: calls pass through to rdma-core ({dir} libibverbs.so.1; RDMASHIM_PROVIDER={asked})"),
             )
         }
+        Mode::Both => {
+            let dir = std::env::var("RDMASHIM_NATIVE_LIBDIR").unwrap_or_else(|_| "the system's".into());
+            r.ok(
+                "provider",
+                format!("both: rdma-core's devices ({dir} libibverbs.so.1), then soft0; each call goes where its object lives (RDMASHIM_PROVIDER={asked})"),
+            )
+        }
         Mode::Nothing => r.problem(
             "provider",
             format!("RDMASHIM_PROVIDER={asked} gives no provider: programs see no device"),

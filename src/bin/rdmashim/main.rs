@@ -51,7 +51,8 @@ Runs PROGRAM unmodified on rdmashim and exits with its status.
                    written as the RoCEv2 packets it stands for
   --faults SPEC    RDMASHIM_FAULTS=SPEC: drop/duplicate/reorder/delay RoCEv2 packets, e.g.
                    drop=0.05,dup=0.05,reorder=0.05,delay=0.05:2ms (network path only)
-  --provider NAME  RDMASHIM_PROVIDER=NAME (auto, soft: the embedded provider, native)
+  --provider NAME  RDMASHIM_PROVIDER=NAME (auto, soft: the embedded provider, native, both:
+                   rdma-core's devices and soft0 in one list)
   --device-view HOW
                    how to show the device where frameworks look for it:
                    /sys/class/infiniband/<dev>, /sys/class/infiniband_verbs and
@@ -213,10 +214,9 @@ fn run(args: Vec<OsString>) -> ExitCode {
         if let Some(p) = set_for(&cmd, "RDMASHIM_PROVIDER") {
             std::env::set_var("RDMASHIM_PROVIDER", p);
         }
-        // On RDMA hardware (passthrough) programs read the real sysfs: the view describes the
-        // soft device only.
-        let native = rdmashim::provider::native::mode() == rdmashim::provider::native::Mode::Native;
-        if !native {
+        // On RDMA hardware (passthrough, or both) programs read the real sysfs: the view
+        // describes the soft device only, and would hide the hardware's.
+        if !rdmashim::provider::native::on() {
             tree = match show_view(&device_view, &dir, &mut cmd) {
                 Ok(t) => t,
                 Err(why) => {

@@ -10,6 +10,12 @@
 //!   provider otherwise. Without `RDMASHIM_NATIVE_LIBDIR` the library is loaded only when sysfs
 //!   shows a uverbs device other than our own (the device view of `rdmashim run` describes
 //!   `soft0`, which is not hardware), so a machine without RDMA hardware pays nothing.
+//! * `both`: the native library's devices, then the soft device, in one list. Each call goes
+//!   where its object lives: an object of ours (its first argument, see `abi::route`) is
+//!   served here, any other is the native library's and its call is forwarded. The objects'
+//!   own ops serve the inlined data path of each. librdmacm stays ours (its ids resolve to the
+//!   soft device). When the library cannot be loaded, the soft device alone is listed (one
+//!   line on stderr says why).
 //!
 //! `RDMASHIM_NATIVE_LIBDIR=DIR` loads `DIR/libibverbs.so.1` and `DIR/librdmacm.so.1` instead of
 //! the system's (the tests point it at our own drop-in libraries, standing in for hardware).
@@ -32,15 +38,24 @@ pub enum Mode {
     Soft,
     /// Every call forwarded to the loaded rdma-core.
     Native,
+    /// The loaded rdma-core's devices and ours: each call goes where its object lives.
+    Both,
     /// No provider: an empty device list (a bad `RDMASHIM_PROVIDER`, or `native` unloadable).
     Nothing,
 }
 
 static CHOICE: OnceLock<Mode> = OnceLock::new();
 
-/// Whether calls are forwarded: one load once the choice is made.
+/// Whether calls may be forwarded: one load once the choice is made.
 #[inline(always)]
 pub fn on() -> bool {
+    matches!(mode(), Mode::Native | Mode::Both)
+}
+
+/// Whether every call is forwarded, whatever its object (`native`); with `both`, only those
+/// whose object is not ours are.
+#[inline(always)]
+pub fn forwards_all() -> bool {
     mode() == Mode::Native
 }
 
@@ -90,6 +105,13 @@ fn decide() -> Mode {
     match v.as_deref().map(|s| s.to_str()) {
         None | Some(Some("" | "auto")) => auto(),
         Some(Some("soft")) => Mode::Soft,
+        Some(Some("both")) => match library() {
+            Ok(_) => Mode::Both,
+            Err(why) => {
+                say(&format!("RDMASHIM_PROVIDER=both: {why}: the soft device only"));
+                Mode::Soft
+            }
+        },
         Some(Some("native")) => match library() {
             Ok(_) => Mode::Native,
             Err(why) => {
@@ -100,7 +122,7 @@ fn decide() -> Mode {
         _ => {
             let shown = v.as_deref().map(|s| s.to_string_lossy()).unwrap_or_default();
             say(&format!(
-                "RDMASHIM_PROVIDER={shown} is not a known provider (auto, soft, native): no RDMA devices"
+                "RDMASHIM_PROVIDER={shown} is not a known provider (auto, soft, native, both): no RDMA devices"
             ));
             Mode::Nothing
         }
@@ -173,6 +195,44 @@ impl Library {
             free(p);
         }
         n
+    }
+}
+
+/// The native library's function `name`, if it is loaded and has one (for the few calls that
+/// `both` sends to both libraries: the device list, fork set-up).
+pub fn function(name: &CStr) -> Option<*mut c_void> {
+    let p = library().ok()?.find(name);
+    (!p.is_null()).then_some(p)
+}
+
+/// [`function`] when both libraries are in use (`both`), for the calls that go to both.
+pub fn both_function(name: &CStr) -> Option<*mut c_void> {
+    (mode() == Mode::Both).then(|| function(name)).flatten()
+}
+
+/// The native library's device list (`ibv_get_device_list`), to be handed back to
+/// [`free_devices`]; `None` when it has none or lists nothing.
+pub fn devices() -> Option<(*mut *mut c_void, usize)> {
+    type List = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
+    let l = function(c"ibv_get_device_list")?;
+    // SAFETY: rdma-core's ibv_get_device_list has this signature.
+    let list = unsafe { std::mem::transmute::<*mut c_void, List>(l) };
+    let mut n: c_int = 0;
+    // SAFETY: a valid out-pointer; the list is freed through free_devices by its own library.
+    let p = unsafe { list(&mut n) };
+    (!p.is_null()).then_some((p, n.max(0) as usize))
+}
+
+/// Frees a list from [`devices`] with the native library's `ibv_free_device_list`.
+///
+/// # Safety
+/// `list` came from [`devices`] and is freed once.
+pub unsafe fn free_devices(list: *mut *mut c_void) {
+    type Free = unsafe extern "C" fn(*mut *mut c_void);
+    if let Some(f) = function(c"ibv_free_device_list") {
+        // SAFETY: rdma-core's function of this name and signature, given the list it made
+        // (the caller's contract).
+        unsafe { std::mem::transmute::<*mut c_void, Free>(f)(list) };
     }
 }
 
