@@ -74,7 +74,8 @@ static notify_fn x_notify;
 /* Data-path calls made, inlined or exported alike. */
 static int n_post_send, n_post_recv, n_poll_cq;
 /* The extended API's, likewise. */
-static int n_wr_start, n_wr_send, n_wr_set_sge, n_wr_complete, n_start_poll;
+static int n_wr_start, n_wr_send, n_wr_set_sge, n_wr_complete, n_start_poll, n_notify,
+    n_create_cq_ex;
 
 static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int exported) {
   for (int i = 0; i < 2000000; i++) {
@@ -241,6 +242,7 @@ static void run_device(struct ibv_device *dev, int stand_in_objects, const char 
   exchange_ex(&s[0], &s[1], qx, 3, 1);
 
   /* A completion event: armed, waited for with poll() on the channel fd, taken and acked. */
+  n_notify++;
   CHECK(!x_notify(s[1].cq, 0), "ibv_req_notify_cq (exported)");
   struct ibv_sge rs = {.addr = (uintptr_t)s[1].buf, .length = MSG, .lkey = s[1].mr->lkey};
   struct ibv_recv_wr rwr = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *bad_r;
@@ -264,6 +266,7 @@ static void run_device(struct ibv_device *dev, int stand_in_objects, const char 
 
   /* The extended CQ: created and polled through the inline extended API. */
   struct ibv_cq_init_attr_ex cx = {.cqe = DEPTH, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN};
+  n_create_cq_ex++;
   struct ibv_cq_ex *xcq = ibv_create_cq_ex(ctx, &cx);
   CHECK(xcq != NULL, "ibv_create_cq_ex");
   if (xcq) {
@@ -337,11 +340,11 @@ int main(int argc, char **argv) {
   rdma_destroy_event_channel(ec);
 
   ibv_free_device_list(list);
-  printf("data-path calls: ibv_post_send %d ibv_post_recv %d ibv_poll_cq %d ibv_req_notify_cq 1 "
+  printf("data-path calls: ibv_post_send %d ibv_post_recv %d ibv_poll_cq %d ibv_req_notify_cq %d "
          "ibv_wr_start %d ibv_wr_send %d ibv_wr_set_sge %d ibv_wr_complete %d ibv_start_poll %d "
-         "ibv_create_cq_ex 1\n",
-         n_post_send, n_post_recv, n_poll_cq, n_wr_start, n_wr_send, n_wr_set_sge, n_wr_complete,
-         n_start_poll);
+         "ibv_create_cq_ex %d\n",
+         n_post_send, n_post_recv, n_poll_cq, n_notify, n_wr_start, n_wr_send, n_wr_set_sge,
+         n_wr_complete, n_start_poll, n_create_cq_ex);
   printf("ok\n");
   return 0;
 }

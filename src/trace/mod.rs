@@ -170,17 +170,42 @@ pub struct Call {
     t0: Instant,
 }
 
+thread_local! {
+    /// The traced calls this thread is inside, innermost last, each with whether a call of the
+    /// same name inside it wrote its line already.
+    static ACTIVE: std::cell::RefCell<Vec<(&'static str, bool)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Call {
     /// Decodes the arguments (before the call: it may free what they point at).
     pub fn start(name: &'static str, args: impl FnOnce(&mut Line)) -> Call {
         let mut line = Line::new();
         args(&mut line);
+        let _ = ACTIVE.try_with(|a| a.borrow_mut().push((name, false)));
         Call { name, line, t0: Instant::now() }
     }
 
     /// Writes the call's line: its C result, errno if it failed, the duration; then `after`'s
     /// follow-up lines (it sees the result as an integer, e.g. a completion count).
+    ///
+    /// A call that did its work through a call of the same name (an exported `ibv_wr_start`
+    /// calling the QP's own `wr_start`, itself traced) writes no line of its own: one call of
+    /// the program, one line.
     pub fn finish<R: Show>(self, ret: &R, errno: Option<i32>, after: impl FnOnce(&mut Line, i64)) {
+        let covered = ACTIVE
+            .try_with(|a| {
+                let mut a = a.borrow_mut();
+                let covered = a.pop().is_some_and(|(_, c)| c);
+                if let Some(outer) = a.last_mut().filter(|(n, _)| *n == self.name) {
+                    outer.1 = true;
+                }
+                covered
+            })
+            .unwrap_or(false);
+        if covered {
+            return;
+        }
         let dt = self.t0.elapsed();
         let Call { name, mut line, .. } = self;
         if errno.is_none() {

@@ -29,7 +29,8 @@ In preload mode (LD_PRELOAD=<build>/librdmashim.so) and drop-in mode
 6. RDMASHIM_PROVIDER=both lists the stand-in's device and then our own soft0: native_forward
    both moves data on each with its own objects; Debian's ibv_devinfo lists both;
    ibv_rc_pingpong (the first device: the stand-in's) and rdma_server/rdma_client (librdmacm,
-   ours) pass; with no library, one line on stderr and soft0 alone.
+   ours) pass; traced, each call of both devices is one line (and of soft0 alone, with
+   RDMASHIM_PROVIDER=soft); with no library, one line on stderr and soft0 alone.
 
 Usage: passthrough.py --build-dir BUILD --program NATIVE_FORWARD
 """
@@ -120,6 +121,20 @@ def pair(name, server, client, env, expect_out=None, port=None):
         print(f"ok   {name}", flush=True)
 
 
+def check_traced_data_path(label, out, lines):
+    """The data-path calls native_forward says it made (inlined and exported) are each in the
+    trace exactly once."""
+    m = re.search(r"^data-path calls: (.*)$", out, re.M)
+    made = dict(zip(*[iter(m.group(1).split())] * 2)) if m else {}
+    counted = {name: sum(1 for ln in lines if f" {name}(" in ln) for name in made}
+    if not made or any(int(made[k]) != counted[k] for k in made):
+        fail(f"{label} of the data path: the program made {made or '(no count printed)'}, "
+             f"the trace has {counted}")
+    else:
+        print(f"ok   {label}: the data path's calls, inlined and exported, each once: {made}",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
@@ -204,15 +219,7 @@ def main():
             print(f"ok   trace: {len(lines)} lines, each forwarded call once", flush=True)
         # The data path: the program's inlined calls (through the context's ops) and its calls
         # of the exported symbols, each traced exactly once.
-        m = re.search(r"^data-path calls: (.*)$", out, re.M)
-        made = dict(zip(*[iter(m.group(1).split())] * 2)) if m else {}
-        counted = {name: sum(1 for ln in lines if f" {name}(" in ln) for name in made}
-        if not made or any(int(made[k]) != counted[k] for k in made):
-            fail(f"trace of the data path: the program made {made or '(no count printed)'}, "
-                 f"the trace has {counted}")
-        else:
-            print(f"ok   trace: the data path's calls, inlined and exported, each once: {made}",
-                  flush=True)
+        check_traced_data_path("trace", out, lines)
         # An unmodified pair whose contexts librdmacm opens itself (rdma_create_ep, and the QP
         # rdma_get_request makes): each side posts one receive and one send, inlined.
         trace = os.path.join(tmp, "pair-trace")
@@ -263,6 +270,21 @@ def main():
         port = str(free_port())
         pair(f"{mode}: both: rdma_server/rdma_client (our CM)", ["rdma_server", "-p", port],
              ["rdma_client", "-s", "127.0.0.1", "-p", port], env, "rdma_client: end 0", port=port)
+    with tempfile.TemporaryDirectory() as tmp:
+        # Traced: both devices' calls, forwarded and ours, each once; and the soft provider's
+        # alone (our exported formerly inline calls go through the objects' own traced ops).
+        for label, provider, devices in (("both, traced", "both", 2), ("soft, traced", "soft", 1)):
+            trace = os.path.join(tmp, provider)
+            env = mode_env("preload", build, RDMASHIM_TRACE=trace, RDMASHIM_PROVIDER=provider,
+                           RDMASHIM_NATIVE_LIBDIR=stand_in)
+            rc, out, err = run(label, [prog, stand_in_verbs, provider], env)
+            lines = open(trace).read().splitlines() if os.path.exists(trace) else []
+            opens = [ln for ln in lines if " ibv_open_device(" in ln]
+            if rc != 0 or len(opens) != devices:
+                fail(f"{label}: exit {rc}, {len(opens)} ibv_open_device lines (want {devices})\n"
+                     f"{out}{err}")
+            else:
+                check_traced_data_path(label, out, lines)
     with tempfile.TemporaryDirectory() as empty:
         env = mode_env("preload", build, RDMASHIM_PROVIDER="both", RDMASHIM_NATIVE_LIBDIR=empty)
         rc, out, err = run("both, no library", ["ibv_devices"], env)
