@@ -169,10 +169,10 @@ class Runner:
         except subprocess.TimeoutExpired:
             self.failures.append(f"wake_pingpong: timed out after {self.timeout} s")
             return
-        m = re.search(r"^([\d.]+) usec/round trip", r.stdout, re.M)
         if r.returncode != 0:
             self.failures.append(f"wake_pingpong: exit status {r.returncode}: {r.stderr[-300:]}")
             return
+        m = re.search(r"^([\d.]+) usec/round trip", r.stdout, re.M)
         self.record(("kernel", "rc_pingpong_event", 64), float(m.group(1)) if m else None,
                     "wake_pingpong")
 

@@ -261,9 +261,7 @@ macro_rules! entry {
             // Passthrough (provider::native): the native library's function of the same name,
             // where it has one, called with the same arguments (and traced like ours).
             // With `both`, only a call whose object is the native library's ([`route`]).
-            if $crate::provider::native::on()
-                && ($crate::provider::native::forwards_all() || $crate::route_first!($($arg),*))
-            {
+            if $crate::forwarded!($($arg),*) {
                 static NATIVE: $crate::provider::native::Symbol =
                     $crate::provider::native::Symbol::new(
                         match ::std::ffi::CStr::from_bytes_with_nul(

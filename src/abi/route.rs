@@ -118,6 +118,16 @@ impl<T: Owned> ObjectArg for Probe<*const T> {
 
 impl<T> OtherArg for &Probe<T> {}
 
+/// Whether a call with these arguments is forwarded to the native library: every call with
+/// `native`, one whose first argument is not ours with `both` ([`route_first!`]), none otherwise.
+#[macro_export]
+macro_rules! forwarded {
+    ($($arg:ident),*) => {
+        $crate::provider::native::on()
+            && ($crate::provider::native::forwards_all() || $crate::route_first!($($arg),*))
+    };
+}
+
 /// Whether a call with these arguments goes to the native library under `both`: by its first
 /// argument, as the module comment says; a call with none stays here.
 #[macro_export]

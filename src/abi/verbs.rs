@@ -69,8 +69,7 @@ fn native_op<T: crate::abi::route::Owned, F>(
     context: impl FnOnce(&T) -> *mut ibv_context,
     slot: impl FnOnce(&ibv_context_ops) -> Option<F>,
 ) -> Result<Option<F>> {
-    use crate::provider::native;
-    if !native::on() || (!native::forwards_all() && !crate::route_first!(p)) {
+    if !crate::forwarded!(p) {
         return Ok(None); // ours (with `both`: an object of ours, or NULL)
     }
     // SAFETY: in passthrough p is NULL or the native library's live object (the API contract).

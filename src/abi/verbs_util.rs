@@ -4,22 +4,11 @@
 
 use crate::abi::{Infallible, Nothing, NullOr, PositiveErrno, Value};
 use crate::errno::Errno;
+use crate::provider::native;
 use crate::sys::*;
 use crate::{entry, unimplemented_entry};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::ffi::CStr;
-
-/// `ibv_dontfork_range`/`ibv_dofork_range`: nothing to do for the soft provider, which pins
-/// nothing; with `both`, the native library's answer (its devices pin memory).
-fn fork_range(name: &CStr, base: *mut c_void, size: usize) -> c_int {
-    type F = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
-    match crate::provider::native::both_function(name) {
-        // SAFETY: rdma-core's function of this name: `int (void *base, size_t size)`, given the
-        // caller's arguments under the same man page.
-        Some(f) => unsafe { std::mem::transmute::<*mut c_void, F>(f)(base, size) },
-        None => 0,
-    }
-}
 
 /// A C string per value, or `default`.
 macro_rules! cstr_table {
@@ -29,30 +18,22 @@ macro_rules! cstr_table {
 }
 
 entry! {
+    // The soft provider pins nothing, so fork needs no preparation; with `both` the native
+    // library's devices do, and it answers.
     fn ibv_fork_init() -> Value<c_int> {
-        // With `both`, the native library's devices pin memory: it prepares for fork too.
-        match crate::provider::native::both_function(c"ibv_fork_init") {
-            // SAFETY: rdma-core's function of this name: `int ibv_fork_init(void)`.
-            Some(f) => Ok(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(f)() }),
-            None => Ok(0),
-        }
+        Ok(native::fork_init().unwrap_or(0))
     }
 
     fn ibv_is_fork_initialized() -> Infallible<c_uint> {
-        match crate::provider::native::both_function(c"ibv_is_fork_initialized") {
-            // SAFETY: rdma-core's function of this name, `enum ibv_fork_status (void)`.
-            Some(f) => Ok(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_uint>(f)() }),
-            // The soft provider pins nothing, so fork needs no preparation: IBV_FORK_UNNEEDED.
-            None => Ok(2),
-        }
+        Ok(native::fork_status().unwrap_or(2)) // IBV_FORK_UNNEEDED
     }
 
     fn ibv_dontfork_range(base: *mut c_void, size: usize) -> Value<c_int> {
-        Ok(fork_range(c"ibv_dontfork_range", base, size))
+        Ok(native::fork_range(true, base as usize, size).unwrap_or(0))
     }
 
     fn ibv_dofork_range(base: *mut c_void, size: usize) -> Value<c_int> {
-        Ok(fork_range(c"ibv_dofork_range", base, size))
+        Ok(native::fork_range(false, base as usize, size).unwrap_or(0))
     }
 
     fn ibv_get_sysfs_path() -> NullOr<c_char> {

@@ -63,25 +63,20 @@ fn provider(r: &mut Report) {
     use rdmashim::provider::native::{mode, Mode};
     let asked = std::env::var("RDMASHIM_PROVIDER").unwrap_or_default();
     let asked = if asked.is_empty() { "auto (unset)".to_string() } else { asked };
+    let dir = std::env::var("RDMASHIM_NATIVE_LIBDIR").unwrap_or_else(|_| "the system's".into());
     match mode() {
         Mode::Soft => r.ok(
             "provider",
             format!("soft, the embedded provider (RDMASHIM_PROVIDER={asked}; no RDMA hardware found, or soft asked for)"),
         ),
-        Mode::Native => {
-            let dir = std::env::var("RDMASHIM_NATIVE_LIBDIR").unwrap_or_else(|_| "the system's".into());
-            r.ok(
-                "provider",
-                format!("native: calls pass through to rdma-core ({dir} libibverbs.so.1; RDMASHIM_PROVIDER={asked})"),
-            )
-        }
-        Mode::Both => {
-            let dir = std::env::var("RDMASHIM_NATIVE_LIBDIR").unwrap_or_else(|_| "the system's".into());
-            r.ok(
-                "provider",
-                format!("both: rdma-core's devices ({dir} libibverbs.so.1), then soft0; each call goes where its object lives (RDMASHIM_PROVIDER={asked})"),
-            )
-        }
+        Mode::Native => r.ok(
+            "provider",
+            format!("native: calls pass through to rdma-core ({dir} libibverbs.so.1; RDMASHIM_PROVIDER={asked})"),
+        ),
+        Mode::Both => r.ok(
+            "provider",
+            format!("both: rdma-core's devices ({dir} libibverbs.so.1), then soft0; each call goes where its object lives (RDMASHIM_PROVIDER={asked})"),
+        ),
         Mode::Nothing => r.problem(
             "provider",
             format!("RDMASHIM_PROVIDER={asked} gives no provider: programs see no device"),

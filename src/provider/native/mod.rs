@@ -133,9 +133,18 @@ fn auto() -> Mode {
     if std::env::var_os("RDMASHIM_NATIVE_LIBDIR").is_none() && !hardware_in_sysfs() {
         return Mode::Soft;
     }
-    match library() {
-        Ok(lib) if lib.device_count() > 0 => Mode::Native,
-        _ => Mode::Soft,
+    // How many devices the library lists (the list goes back to it at once).
+    match devices() {
+        Some((list, n)) => {
+            // SAFETY: the list devices() just returned, freed once, here.
+            unsafe { free_devices(list) };
+            if n > 0 {
+                Mode::Native
+            } else {
+                Mode::Soft
+            }
+        }
+        None => Mode::Soft,
     }
 }
 
@@ -169,33 +178,6 @@ impl Library {
         }
         std::ptr::null_mut()
     }
-
-    /// How many devices the library lists.
-    fn device_count(&self) -> c_int {
-        type List = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
-        type Free = unsafe extern "C" fn(*mut *mut c_void);
-        let (l, f) = (self.find(c"ibv_get_device_list"), self.find(c"ibv_free_device_list"));
-        if l.is_null() || f.is_null() {
-            return 0;
-        }
-        // SAFETY: rdma-core's functions of these names have these signatures.
-        let (list, free) = unsafe {
-            (
-                std::mem::transmute::<*mut c_void, List>(l),
-                std::mem::transmute::<*mut c_void, Free>(f),
-            )
-        };
-        let mut n: c_int = 0;
-        // SAFETY: a valid out-pointer; the list is freed by its own library.
-        unsafe {
-            let p = list(&mut n);
-            if p.is_null() {
-                return 0;
-            }
-            free(p);
-        }
-        n
-    }
 }
 
 /// The native library's function `name`, if it is loaded and has one (for the few calls that
@@ -206,8 +188,36 @@ pub fn function(name: &CStr) -> Option<*mut c_void> {
 }
 
 /// [`function`] when both libraries are in use (`both`), for the calls that go to both.
-pub fn both_function(name: &CStr) -> Option<*mut c_void> {
+fn both_function(name: &CStr) -> Option<*mut c_void> {
     (mode() == Mode::Both).then(|| function(name)).flatten()
+}
+
+/// With `both`, the native library's `ibv_fork_init` (its devices pin memory, so it prepares
+/// for fork too); `None` otherwise.
+pub fn fork_init() -> Option<c_int> {
+    let f = both_function(c"ibv_fork_init")?;
+    // SAFETY: rdma-core's function of this name: `int ibv_fork_init(void)`.
+    Some(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(f)() })
+}
+
+/// With `both`, the native library's `ibv_is_fork_initialized`; `None` otherwise.
+pub fn fork_status() -> Option<std::ffi::c_uint> {
+    type F = unsafe extern "C" fn() -> std::ffi::c_uint;
+    let f = both_function(c"ibv_is_fork_initialized")?;
+    // SAFETY: rdma-core's function of this name: `enum ibv_fork_status (void)`.
+    Some(unsafe { std::mem::transmute::<*mut c_void, F>(f)() })
+}
+
+/// With `both`, the native library's `ibv_dontfork_range` (`dontfork`) or `ibv_dofork_range`
+/// for the range at address `base`, `size` bytes (an address only: the range is advised to the
+/// kernel, never read); `None` otherwise.
+pub fn fork_range(dontfork: bool, base: usize, size: usize) -> Option<c_int> {
+    type F = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
+    let name = if dontfork { c"ibv_dontfork_range" } else { c"ibv_dofork_range" };
+    let f = both_function(name)?;
+    // SAFETY: rdma-core's function of this name: `int (void *base, size_t size)`; the range is
+    // only recorded and advised by the kernel (madvise), never dereferenced by it.
+    Some(unsafe { std::mem::transmute::<*mut c_void, F>(f)(base as *mut c_void, size) })
 }
 
 /// The native library's device list (`ibv_get_device_list`), to be handed back to

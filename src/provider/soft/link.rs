@@ -245,7 +245,8 @@ impl Link {
     /// Wakes the peer's progress thread if it sleeps.
     pub fn notify_peer(&self) {
         if let Some(b) = self.peer_bell.get() {
-            return b.ring();
+            b.ring();
+            return;
         }
         // No doorbell seen: it may be being stored right now. After a full fence, either this
         // load sees it, or its setter's ring comes after our publish and wakes the peer for it.
