@@ -8,12 +8,14 @@ RoCEv2 over UDP across the veth. Keys are as in suites.py; the peers are "ucx-tc
 "fi-udp". Programs get their own variables through `env VAR=value` after `ip netns exec`, so that
 `ip` itself never loads the preloaded library."""
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from pairs import free_port, run_pair
-from suites import Runner, perftest_row, record_fi_pingpong, record_ucx
+from suites import Runner, compile_helper, perftest_row, record_fi_pingpong, record_ucx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "netns"))
@@ -43,8 +45,9 @@ class NetnsRunner(Runner):
         # The environment of `ip` itself: nothing preloaded.
         self.env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         self.results, self.failures, self.commands = {}, [], []
+        self.udp_exe = None    # bench/udp_pingpong.c, compiled by measure()
 
-    def pair(self, what, server, client, variables):
+    def pair(self, what, server, client, variables, ready_wait=None):
         """Runs `server` in namespace a and `client` in b with the program-only `variables`;
         returns the Outcome, or None after recording why it failed."""
         prefix = ["env"] + [f"{k}={v}" for k, v in variables.items()]
@@ -54,7 +57,7 @@ class NetnsRunner(Runner):
         port = self.port
         return self.checked(what, run_pair(self.fx.exec_argv(self.server.ns, prefix + server),
                                            self.fx.exec_argv(self.client.ns, prefix + client),
-                                           self.env, port, self.timeout))
+                                           self.env, port, self.timeout, ready_wait))
 
     # --- rdmashim: Debian's perftest over RoCEv2/UDP --------------------------------------------
     def perftest(self, prog, size):
@@ -105,6 +108,31 @@ class NetnsRunner(Runner):
             record_fi_pingpong(self, f"fi-{prov}", f"fi_pingpong -p {prov} {size}", size, out)
 
 
+    # --- the floor: UDP alone on the same veth (bench/udp_pingpong.c) --------------------------
+    def udp_floor(self, ack):
+        """A 64-byte UDP ping-pong, busy-polling; with `ack`, each message goes with a 20-byte
+        datagram that the other side waits for too, as a signaled RC SEND's answer carries its
+        ACK. Keys ("udp", "send_lat", 64) and ("udp-ack", "send_lat", 64)."""
+        if not self.udp_exe:
+            return
+        self.port = free_port()
+        n = str(iterations("lat", 64, self.quick))
+        client = [self.udp_exe, "-c", self.server.ipv4, str(self.port), n, "64"]
+        # The client says hello until the server answers: no readiness to wait for.
+        out = self.pair(f"udp_pingpong {'ack' if ack else 'plain'}",
+                        [self.udp_exe, "-s", str(self.port)], client + (["ack"] if ack else []),
+                        {}, ready_wait=0)
+        self.commands[-1] = self.commands[-1].replace(self.udp_exe, "udp_pingpong")
+        if not out:
+            return
+        m = re.search(r"([\d.]+) usec one way", out.client_out)
+        if not m:
+            self.failures.append(f"udp_pingpong: no figure in its output: {out.client_out[-200:]}")
+            return
+        self.record(("udp-ack" if ack else "udp", "send_lat", 64), float(m.group(1)),
+                    "udp_pingpong")
+
+
 def run_all(r, have):
     """Every figure of the cross-namespace table; each rdmashim figure right before its peers'
     at the same size, as in suites.run_all."""
@@ -116,6 +144,8 @@ def run_all(r, have):
     if fab:
         r.fi_pingpong("tcp", 64)
         r.fi_pingpong("udp", 64)
+    r.udp_floor(ack=False)
+    r.udp_floor(ack=True)
     if perf:
         r.perftest("write_lat", 64)
     if ucx:
@@ -151,7 +181,10 @@ def measure(lib, timeout, quick, log, have):
         where = (f"a {a.ipv4} (GID index {r.gid['server']}), b {b.ipv4} (GID index "
                  f"{r.gid['client']}); one veth pair, MTU {fx.mtu}")
         log(where)
-        run_all(r, have)
+        with tempfile.TemporaryDirectory(prefix="rdmashim-bench-") as tmp:
+            if have("cc"):
+                r.udp_exe = compile_helper(r, tmp, "udp_pingpong")   # plain C, no RDMA
+            run_all(r, have)
     return r.results, r.failures, r.commands, where
 
 
@@ -214,6 +247,19 @@ machine makes all the columns noisier; compare the columns of one run, not acros
 ### Goals (issue 8: at least the peers' figures)
 
 {report.netns_goals(results)}
+
+### The floor: UDP alone on this veth
+
+`bench/udp_pingpong.c`, run in the same namespaces right after `ib_send_lat`: a 64-byte UDP
+ping-pong in which both sides busy-poll a non-blocking socket, as rdmashim's application
+threads do. No RDMA, no protocol: what the kernel's path takes, under any RoCEv2 provider in
+userspace. In the second row every message goes with a 20-byte datagram that the other side
+waits for as well, in one segmented send (`UDP_SEGMENT`) read with `UDP_GRO`, as rdmashim sends
+and reads them: the shape of `ib_send_lat`, whose every SEND is signaled, so each side needs
+the ACK of its request (an IB packet of its own) before it answers. UCX's TCP carries its
+acknowledgement inside the answer's segment, which RoCEv2 cannot do.
+
+{report.table(results, report.netns_floor_rows())}
 
 ### Programs run
 

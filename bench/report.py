@@ -86,6 +86,19 @@ def netns_rows():
     ]
 
 
+def netns_floor_rows():
+    """`ib_send_lat` across namespaces beside UDP alone on the same veth (bench/netns.py's
+    udp_floor): context for the goals, not a goal."""
+    lat, floor = "µs one way", "`bench/udp_pingpong.c`"
+    return [
+        ("`ib_send_lat` 64 B vs UDP alone, one datagram each way (" + floor + ")",
+         ("rdmashim", "send_lat", 64), ("udp", "send_lat", 64), "UDP", lat, LOWER),
+        ("`ib_send_lat` 64 B vs UDP alone, each message with an ACK-sized datagram ("
+         + floor + " `ack`)", ("rdmashim", "send_lat", 64), ("udp-ack", "send_lat", 64),
+         "UDP + ACK", lat, LOWER),
+    ]
+
+
 def netns_goals(results):
     """Issue 8's goal for every row of the cross-namespace table: at least the peer's figure
     (≤ 1.0× its latency, ≥ 1.0× its bandwidth and message rate)."""

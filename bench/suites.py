@@ -12,12 +12,25 @@ A measurement is a key such as ("rdmashim", "send_lat", 64) -> value. Units:
   rstream_lat / rstream_bw  rstream's own usec/xfer (one way: it halves the round trip) and
           Gb/sec (converted to MiB/s), over rsockets ("rdmashim") and with -T s over the
           kernel's TCP on loopback ("tcp"), same program, same options."""
+import os
 import re
 import subprocess
 
 from pairs import HOST, free_port, run_pair
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = [64, 4096, 1048576]
+
+
+def compile_helper(runner, tmp, name, *flags):
+    """bench/<name>.c compiled into `tmp`; its path, or None after saying why."""
+    exe = os.path.join(tmp, name)
+    r = subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, f"{name}.c"), *flags],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        runner.failures.append(f"compiling bench/{name}.c failed: {r.stderr[-300:]}")
+        return None
+    return exe
 
 
 def iterations(kind, size, quick):
