@@ -19,6 +19,7 @@ use super::bell::SLEEP_EPOLL;
 pub use super::bell::{Bell, BellWord};
 pub use super::direct::Direct;
 use super::direct::Linger;
+use super::spin::Spell;
 use crate::errno::{check, Result};
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -494,6 +495,7 @@ impl Engine {
         let mut polled_at: Option<Instant> = None;
         let mut last_waits = u64::MAX;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let mut spell: Option<Spell> = None;
         loop {
             let work = self.pass(true);
             let parked = self.check_parked();
@@ -511,7 +513,11 @@ impl Engine {
             last_epoch = epoch;
             last_waits = waits;
             let waiting = &self.bell.word().waiting;
-            let timeout = if work {
+            // Only this thread reads what comes when no application polls, waits for an event
+            // or has a CQ armed (a target that spins on memory, or does other work).
+            let unattended = !app_polling && !event_loop && ARMED_CQS.load(Ordering::Relaxed) == 0;
+            let spins = Spell::next(&mut spell, work, unattended, super::spin::progress());
+            let timeout = if work || spins {
                 Some(Duration::ZERO)
             } else if app_polling {
                 self.napping.store(true, Ordering::SeqCst);

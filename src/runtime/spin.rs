@@ -10,10 +10,15 @@
 //!
 //! `RDMASHIM_SPIN_US` sets the full window (default [`DEFAULT_US`]; 0 turns spinning off). On a
 //! machine with one CPU there is no spinning: the peer could not run meanwhile.
+//!
+//! The progress thread has a window of its own ([`progress`], `RDMASHIM_PROGRESS_SPIN_US`):
+//! after a pass that found work, it looks again for that long before it sleeps, with the same
+//! adaptation, so a stream of datagrams or ring segments that the application does not poll
+//! for is read without a wake-up per batch.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The full window, in microseconds, when `RDMASHIM_SPIN_US` is not set.
 pub const DEFAULT_US: u32 = 20;
@@ -62,18 +67,73 @@ impl Spin {
     }
 }
 
-/// This process's window (`RDMASHIM_SPIN_US`, read once).
+/// This process's window for event waiters (`RDMASHIM_SPIN_US`, read once).
 pub fn process() -> &'static Spin {
     static SPIN: OnceLock<Spin> = OnceLock::new();
-    SPIN.get_or_init(|| {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let us = std::env::var("RDMASHIM_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .unwrap_or(DEFAULT_US);
-        let us = if cpus > 1 { us } else { 0 };
-        Spin::new(Duration::from_micros(us.into()))
-    })
+    SPIN.get_or_init(|| from_env("RDMASHIM_SPIN_US", DEFAULT_US))
+}
+
+/// The progress thread's window when `RDMASHIM_PROGRESS_SPIN_US` is not set: longer than the
+/// waiters', since a stream's next batch of datagrams comes tens of microseconds after the last.
+pub const PROGRESS_DEFAULT_US: u32 = 100;
+
+/// This process's window for its progress thread after it found work and before it sleeps
+/// (`RDMASHIM_PROGRESS_SPIN_US`, read once). A sender then need not wake it for each batch,
+/// and it does not pay a trip through the scheduler per batch either.
+pub fn progress() -> &'static Spin {
+    static SPIN: OnceLock<Spin> = OnceLock::new();
+    SPIN.get_or_init(|| from_env("RDMASHIM_PROGRESS_SPIN_US", PROGRESS_DEFAULT_US))
+}
+
+/// A window of `var` microseconds (`default` unset or unreadable); none with one CPU, where
+/// the peer could not run meanwhile.
+fn from_env(var: &str, default: u32) -> Spin {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let us = std::env::var(var).ok().and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(default);
+    let us = if cpus > 1 { us } else { 0 };
+    Spin::new(Duration::from_micros(us.into()))
+}
+
+/// A spell of the progress thread without work, while no application polls or waits for
+/// events: it looks again for the spin window ([`progress`]) before it sleeps.
+pub struct Spell {
+    since: Instant,
+    window: Duration,
+    /// The window has passed (and was reported as such): the thread sleeps now.
+    over: bool,
+}
+
+impl Spell {
+    /// Whether the thread looks again at once rather than sleep, after a pass that found
+    /// `work` (or not), with nobody but this thread to read what comes (`unattended`): an
+    /// application that polls or waits for events would have to share the CPUs with a
+    /// spinning progress thread. Keeps the spell in `spell` and reports to the window how it
+    /// ended.
+    pub fn next(spell: &mut Option<Spell>, work: bool, unattended: bool, spin: &Spin) -> bool {
+        if work || !unattended {
+            // Work found while still looking: the window was worth it.
+            if let Some(s) = spell.take() {
+                if work && !s.over {
+                    spin.record(true);
+                }
+            }
+            return false;
+        }
+        let s = spell.get_or_insert_with(|| Spell {
+            since: Instant::now(),
+            window: spin.window(),
+            over: false,
+        });
+        if s.over {
+            return false;
+        }
+        if s.since.elapsed() < s.window {
+            return true;
+        }
+        s.over = true;
+        spin.record(false);
+        false
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +158,41 @@ mod tests {
         }
         let spins = (0..PROBE_EVERY * 3).filter(|_| s.window() > Duration::ZERO).count();
         assert_eq!(spins, 3, "one probe in {PROBE_EVERY} waits");
+    }
+
+    #[test]
+    fn the_progress_thread_spins_after_work_until_its_window_passes() {
+        let s = Spin::new(Duration::from_millis(40));
+        let mut spell = None;
+        assert!(!Spell::next(&mut spell, true, true, &s), "work: it passes again anyway");
+        assert!(Spell::next(&mut spell, false, true, &s), "idle right after work: it spins");
+        assert!(Spell::next(&mut spell, false, true, &s));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!Spell::next(&mut spell, false, true, &s), "the window passed: it sleeps");
+        assert_eq!(s.window(), Duration::from_millis(20), "a spell that ends in sleep halves it");
+        assert!(!Spell::next(&mut spell, false, true, &s), "woken with nothing: no new spell");
+        assert!(!Spell::next(&mut spell, true, true, &s));
+        assert_eq!(s.window(), Duration::from_millis(20), "work after a sleep restores nothing");
+    }
+
+    #[test]
+    fn work_found_while_spinning_restores_the_window() {
+        let s = Spin::new(Duration::from_secs(2));
+        s.record(false);
+        let mut spell = None;
+        assert!(Spell::next(&mut spell, false, true, &s));
+        assert!(!Spell::next(&mut spell, true, true, &s));
+        assert_eq!(s.window(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_application_that_polls_or_waits_keeps_the_progress_thread_from_spinning() {
+        let s = Spin::new(Duration::from_secs(2));
+        let mut spell = None;
+        assert!(Spell::next(&mut spell, false, true, &s));
+        assert!(!Spell::next(&mut spell, false, false, &s), "attended: it sleeps at once");
+        assert!(spell.is_none());
+        assert_eq!(s.window(), Duration::from_secs(2), "and that says nothing of the window");
     }
 
     #[test]

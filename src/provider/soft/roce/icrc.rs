@@ -156,19 +156,20 @@ const ID_BITS: usize = 16;
 /// Where the IPv4 ID lies in the CRC's input: after the `FF×8` and 4 bytes of IP header.
 const ID_OFFSET: usize = 8 + 4;
 
-/// The CRC's change when bit `b` of the IPv4 ID flips, for an InfiniBand packet of `ib_len`
-/// bytes (without its ICRC): `crc(m ^ e) ^ crc(m)` is `crc(e) ^ crc(0)` for any `m` of that
-/// length, since the CRC is affine. Cached per length (a flow's packets have few lengths).
-fn id_basis(ib_len: usize) -> [u32; ID_BITS] {
-    thread_local! {
-        static CACHE: std::cell::RefCell<[(usize, [u32; ID_BITS]); 4]> =
-            const { std::cell::RefCell::new([(0, [0; ID_BITS]); 4]) };
-    }
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if let Some(hit) = c.iter().find(|e| e.0 == ib_len) {
-            return hit.1;
-        }
+/// What the IPv4 ID does to the ICRC of an InfiniBand packet of one length.
+#[derive(Clone, Copy)]
+struct IdEffect {
+    /// The CRC's change when bit `b` of the ID flips: `crc(m ^ e) ^ crc(m)` is
+    /// `crc(e) ^ crc(0)` for any `m` of that length, since the CRC is affine.
+    basis: [u32; ID_BITS],
+    /// The same space in echelon form, one vector per leading bit with the ID bits that make
+    /// it (zero where none leads there), so that solving for an ID is one pass of at most 32
+    /// steps ([`any_ipv4_id`]).
+    echelon: [(u32, u16); 32],
+}
+
+impl IdEffect {
+    fn of(ib_len: usize) -> IdEffect {
         let n = 8 + 20 + 8 + ib_len;
         let crc = |bit: Option<usize>| {
             let mut h = crc32fast::Hasher::new();
@@ -192,15 +193,45 @@ fn id_basis(ib_len: usize) -> [u32; ID_BITS] {
         for (b, v) in basis.iter_mut().enumerate() {
             *v = crc(Some(b)) ^ zero;
         }
+        let mut echelon = [(0u32, 0u16); 32];
+        for (b, &v) in basis.iter().enumerate() {
+            let (mut v, mut ids) = (v, 1u16 << b);
+            while v != 0 {
+                let lead = 31 - v.leading_zeros() as usize;
+                if echelon[lead].0 == 0 {
+                    echelon[lead] = (v, ids);
+                    break;
+                }
+                v ^= echelon[lead].0;
+                ids ^= echelon[lead].1;
+            }
+        }
+        IdEffect { basis, echelon }
+    }
+}
+
+/// [`IdEffect`] for packets of `ib_len` bytes (without the ICRC), cached per length: a flow's
+/// packets have few lengths, and a bulk transfer checks thousands of packets of one length.
+fn id_effect(ib_len: usize) -> IdEffect {
+    thread_local! {
+        static CACHE: std::cell::RefCell<[Option<(usize, IdEffect)>; 4]> =
+            const { std::cell::RefCell::new([None; 4]) };
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some((_, hit)) = c.iter().flatten().find(|e| e.0 == ib_len) {
+            return *hit;
+        }
+        let e = IdEffect::of(ib_len);
         c.rotate_right(1);
-        c[0] = (ib_len, basis);
-        basis
+        c[0] = Some((ib_len, e));
+        e
     })
 }
 
 /// The CRC change between IDs `a` and `b`.
 fn id_delta(ib_len: usize, a: u16, b: u16) -> u32 {
-    let basis = id_basis(ib_len);
+    let basis = id_effect(ib_len).basis;
     let x = a ^ b;
     (0..ID_BITS).filter(|&i| x & (1 << i) != 0).fold(0, |d, i| d ^ basis[i])
 }
@@ -219,22 +250,9 @@ fn ipv4_id_of(ib_len: usize, ours: u32, sent: u32, flow_id: u16) -> Option<u16> 
 
 /// The ID change (XOR with the ID the ICRC was computed for) that changes the ICRC of an IPv4
 /// packet of `ib_len` bytes by `delta`, if there is one: the ID's 16 bits each flip the CRC by
-/// a basis vector, so this reduces `delta` by a basis kept in echelon form (one vector per
-/// leading bit, with the ID bits that make it).
+/// a basis vector, so this reduces `delta` by that basis in echelon form.
 fn any_ipv4_id(ib_len: usize, delta: u32) -> Option<u16> {
-    let mut echelon = [(0u32, 0u16); 32];
-    for (b, v) in id_basis(ib_len).into_iter().enumerate() {
-        let (mut v, mut ids) = (v, 1u16 << b);
-        while v != 0 {
-            let lead = 31 - v.leading_zeros() as usize;
-            if echelon[lead].0 == 0 {
-                echelon[lead] = (v, ids);
-                break;
-            }
-            v ^= echelon[lead].0;
-            ids ^= echelon[lead].1;
-        }
-    }
+    let echelon = id_effect(ib_len).echelon;
     let (mut d, mut ids) = (delta, 0u16);
     while d != 0 {
         let lead = 31 - d.leading_zeros() as usize;
