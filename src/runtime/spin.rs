@@ -162,17 +162,19 @@ mod tests {
 
     #[test]
     fn the_progress_thread_spins_after_work_until_its_window_passes() {
-        let s = Spin::new(Duration::from_millis(40));
+        let s = Spin::new(Duration::from_secs(2));
         let mut spell = None;
         assert!(!Spell::next(&mut spell, true, true, &s), "work: it passes again anyway");
         assert!(Spell::next(&mut spell, false, true, &s), "idle right after work: it spins");
         assert!(Spell::next(&mut spell, false, true, &s));
-        std::thread::sleep(Duration::from_millis(50));
+        // The window passes (moved back rather than slept through).
+        let started = &mut spell.as_mut().expect("a spell runs").since;
+        *started = started.checked_sub(Duration::from_secs(3)).expect("a clock past 3 s");
         assert!(!Spell::next(&mut spell, false, true, &s), "the window passed: it sleeps");
-        assert_eq!(s.window(), Duration::from_millis(20), "a spell that ends in sleep halves it");
+        assert_eq!(s.window(), Duration::from_secs(1), "a spell that ends in sleep halves it");
         assert!(!Spell::next(&mut spell, false, true, &s), "woken with nothing: no new spell");
         assert!(!Spell::next(&mut spell, true, true, &s));
-        assert_eq!(s.window(), Duration::from_millis(20), "work after a sleep restores nothing");
+        assert_eq!(s.window(), Duration::from_secs(1), "work after a sleep restores nothing");
     }
 
     #[test]
