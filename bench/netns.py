@@ -53,7 +53,9 @@ class NetnsRunner(Runner):
         prefix = ["env"] + [f"{k}={v}" for k, v in variables.items()]
         shown = {k: ("<build>/librdmashim.so" if k == "LD_PRELOAD" else v)
                  for k, v in variables.items()}
-        self.commands.append(" ".join([f"{k}={v}" for k, v in shown.items()] + client))
+        # A program compiled into a temporary directory is shown by its name.
+        shown_client = [os.path.basename(client[0])] + client[1:]
+        self.commands.append(" ".join([f"{k}={v}" for k, v in shown.items()] + shown_client))
         port = self.port
         return self.checked(what, run_pair(self.fx.exec_argv(self.server.ns, prefix + server),
                                            self.fx.exec_argv(self.client.ns, prefix + client),
@@ -107,7 +109,6 @@ class NetnsRunner(Runner):
         if out:
             record_fi_pingpong(self, f"fi-{prov}", f"fi_pingpong -p {prov} {size}", size, out)
 
-
     # --- the floor: UDP alone on the same veth (bench/udp_pingpong.c) --------------------------
     def udp_floor(self, ack):
         """A 64-byte UDP ping-pong, busy-polling; with `ack`, each message goes with a 20-byte
@@ -122,7 +123,6 @@ class NetnsRunner(Runner):
         out = self.pair(f"udp_pingpong {'ack' if ack else 'plain'}",
                         [self.udp_exe, "-s", str(self.port)], client + (["ack"] if ack else []),
                         {}, ready_wait=0)
-        self.commands[-1] = self.commands[-1].replace(self.udp_exe, "udp_pingpong")
         if not out:
             return
         m = re.search(r"([\d.]+) usec one way", out.client_out)

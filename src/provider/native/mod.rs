@@ -134,17 +134,13 @@ fn auto() -> Mode {
         return Mode::Soft;
     }
     // How many devices the library lists (the list goes back to it at once).
-    match devices() {
-        Some((list, n)) => {
-            // SAFETY: the list devices() just returned, freed once, here.
-            unsafe { free_devices(list) };
-            if n > 0 {
-                Mode::Native
-            } else {
-                Mode::Soft
-            }
-        }
-        None => Mode::Soft,
+    let Some((list, n)) = devices() else { return Mode::Soft };
+    // SAFETY: the list devices() just returned, freed once, here.
+    unsafe { free_devices(list) };
+    if n > 0 {
+        Mode::Native
+    } else {
+        Mode::Soft
     }
 }
 
@@ -220,8 +216,8 @@ pub fn fork_range(dontfork: bool, base: usize, size: usize) -> Option<c_int> {
     Some(unsafe { std::mem::transmute::<*mut c_void, F>(f)(base as *mut c_void, size) })
 }
 
-/// The native library's device list (`ibv_get_device_list`), to be handed back to
-/// [`free_devices`]; `None` when it has none or lists nothing.
+/// The native library's device list (`ibv_get_device_list`) and its length, to be handed back
+/// to [`free_devices`]; `None` when no native library is loaded or the call fails.
 pub fn devices() -> Option<(*mut *mut c_void, usize)> {
     type List = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
     let l = function(c"ibv_get_device_list")?;
