@@ -1,13 +1,69 @@
 /* ibv_import_pd(3) (and ibv_unimport_pd): the PD of a handle in an imported context, usable in
- * every verb that takes a PD; unimport releases it without destroying the object; a dealloc
- * of any handle destroys it for all. */
+ * every verb that takes a PD, also in another process that was given the command fd;
+ * unimport releases it without destroying the object; a dealloc of any handle destroys it
+ * for all. */
 #include "ibvhelp.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* The other process (this program again, exec'd with "--import-child FD HANDLE"): imports the
+ * device from the inherited descriptor and the PD by its handle, and registers memory on it.
+ * Exit status: 0, or the step that failed (1 import_device, 2 import_pd, 3 reg_mr). */
+static int import_child(int fd, uint32_t handle)
+{
+	static char buf[64];
+	alarm(20); /* never outlive the parent's own alarm by much */
+	struct ibv_context *ic = ibv_import_device(fd);
+	if (!ic) {
+		printf("# child: ibv_import_device(%d): %s\n", fd, conf_errname(errno));
+		return 1;
+	}
+	struct ibv_pd *ip = ibv_import_pd(ic, handle);
+	if (!ip) {
+		printf("# child: ibv_import_pd(%u): %s\n", handle, conf_errname(errno));
+		return 2;
+	}
+	struct ibv_mr *mr = ibv_reg_mr(ip, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr) {
+		printf("# child: ibv_reg_mr on the imported PD: %s\n", conf_errname(errno));
+		return 3;
+	}
+	ibv_dereg_mr(mr);
+	ibv_unimport_pd(ip);
+	ibv_close_device(ic);
+	return 0;
+}
+
+/* Runs import_child in a new process given a duplicate of `cmd_fd`; its exit status, or -1. */
+static int import_elsewhere(int cmd_fd, uint32_t handle)
+{
+	int fd = dup(cmd_fd); /* without FD_CLOEXEC: the exec'd program inherits it */
+	if (fd < 0)
+		return -1;
+	char fds[16], hs[16];
+	snprintf(fds, sizeof fds, "%d", fd);
+	snprintf(hs, sizeof hs, "%u", handle);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char *args[] = { "ibv_import_pd", "--import-child", fds, hs, NULL };
+		execv("/proc/self/exe", args);
+		_exit(127);
+	}
+	close(fd);
+	int st;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 int main(int argc, char **argv)
 {
+	if (argc == 4 && strcmp(argv[1], "--import-child") == 0)
+		return import_child(atoi(argv[2]), (uint32_t)strtoul(argv[3], NULL, 10));
 	conf_begin("ibv_import_pd", argc, argv);
 	struct ih_dev d;
 	if (ih_dev_open(&d)) {
@@ -27,6 +83,12 @@ int main(int argc, char **argv)
 	CLAUSE("DESC-USABLE", mr != NULL, "ibv_reg_mr on the imported PD: %p", (void *)mr);
 	if (mr)
 		ibv_dereg_mr(mr);
+	/* DESCRIPTION: the command fd may go to another process (dup, SCM_RIGHTS), which imports
+	 * the device and then the PD by its handle, and uses it there as here. */
+	int child = import_elsewhere(d.ctx->cmd_fd, d.pd->handle);
+	CLAUSE("DESC-OTHER-PROCESS", child == 0,
+	       "another process given a duplicate of cmd_fd: exit %d (0 ok; failed at 1 import_device, "
+	       "2 import_pd, 3 reg_mr)", child);
 	/* ibv_unimport_pd releases it; the original PD lives on. */
 	if (ip)
 		ibv_unimport_pd(ip);
