@@ -15,6 +15,7 @@
 //! `soft` is the embedded software provider; `native` passes every call through to the system's
 //! rdma-core (`RDMASHIM_PROVIDER=native`, or `auto` where hardware is present), see [`native`].
 
+pub mod gate;
 pub mod native;
 pub mod soft;
 pub mod wr;
@@ -42,8 +43,10 @@ pub enum AccessError {
     Access,
 }
 
-/// Keeps a checked memory region registered while the provider copies into or out of it.
-pub type Region = Arc<dyn std::any::Any + Send + Sync>;
+/// A checked region's gate ([`gate::Gate`]): the provider touches the region's memory for a
+/// peer only inside it, so deregistration can wait for the access under way and refuse later
+/// ones, however long the provider keeps this.
+pub type Region = Arc<gate::Gate>;
 
 /// The address space a key is used in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +58,8 @@ pub enum KeySpace {
     Remote,
 }
 
-/// A checked access: the region (kept registered while the caller copies) and the address in
-/// this process of the access's first byte, which is the one to touch.
+/// A checked access: the region's gate (to enter around each copy) and the address in this
+/// process of the access's first byte, which is the one to touch.
 pub struct Checked {
     pub region: Region,
     pub addr: u64,

@@ -46,6 +46,9 @@ pub struct Reg {
     /// A memory window's entry (`mw.rs`): an rkey only, never an lkey; unbound it has an empty
     /// range and no rights.
     pub(super) window: Option<std::sync::Weak<super::mw::Mw>>,
+    /// Peers' accesses through these keys happen inside it; closed (waiting for them) when the
+    /// registration ends ([`Reg::retire`]).
+    gate: Region,
 }
 
 /// The keys a null MR's SGEs are redirected to.
@@ -179,6 +182,7 @@ impl Reg {
             null: None,
             dm: None,
             window: None,
+            gate: Region::default(),
         })
     }
 
@@ -194,7 +198,8 @@ impl Reg {
         (addr, len, iova, access): (usize, usize, u64, u32),
         mw: std::sync::Weak<super::mw::Mw>,
     ) -> Reg {
-        Reg { pd, addr, len, iova, access, share: None, null: None, dm: None, window: Some(mw) }
+        let (share, null, dm, window, gate) = (None, None, None, Some(mw), Region::default());
+        Reg { pd, addr, len, iova, access, share, null, dm, window, gate }
     }
 
     /// The local address of `[at, at+len)` of this registration's iova space, if inside.
@@ -216,11 +221,19 @@ impl Reg {
         translate(base, self.addr, self.len, at, len)
     }
 
-    /// Ends the registration for peers (before the caller returns).
+    /// Ends the provider's direct path for peers (before the caller returns).
     fn revoke(&self) {
         if let Some(s) = &self.share {
             s.revoke();
         }
+    }
+
+    /// Ends the registration for peers, once its keys are out of the table: an access that was
+    /// checked before and is under way finishes first, and none lands after this returns, on
+    /// the copy path (the gate) or the direct one (the share).
+    pub(super) fn retire(&self) {
+        self.gate.close();
+        self.revoke();
     }
 }
 
@@ -338,7 +351,7 @@ impl Mr {
         }
         count(&reg, false);
         // Before returning: from now on no peer reaches the memory (ibv_dereg_mr's contract).
-        reg.revoke();
+        reg.retire();
         Ok(())
     }
 
@@ -356,6 +369,7 @@ impl Mr {
             null: None,
             dm: None,
             window: None,
+            gate: Region::default(),
         };
         let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
         let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
@@ -456,6 +470,8 @@ impl Mr {
             count(&reg, true);
             keys.insert(mr.key, reg.clone());
         }
+        // The old range is out of every peer's reach before the call returns.
+        cur.retire();
         let raw = mr.raw.as_ptr();
         // SAFETY: raw is the live MR's struct, ours; single-field raw-pointer writes under the
         // MR's registration lock (CBox's rule), as libibverbs writes them after a rereg.
@@ -553,7 +569,7 @@ impl MemoryKeys for Pd {
         space: KeySpace,
     ) -> std::result::Result<Checked, AccessError> {
         lookup(key, self, addr, len, need, space)
-            .map(|(reg, addr)| Checked { region: reg as Region, addr })
+            .map(|(reg, addr)| Checked { region: reg.gate.clone(), addr })
     }
 
     /// Under the table's lock, with no hold taken on the region (two atomic operations fewer

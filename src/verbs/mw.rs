@@ -118,11 +118,8 @@ impl Mw {
     pub fn dealloc(p: *mut ibv_mw) -> Result<()> {
         let mw = objects().mws.remove(p).ok_or(Errno::EINVAL)?;
         let mut st = mw.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
-        keys.remove(&st.rkey);
-        if let Some(mr) = st.bound.take() {
-            mr.windows.fetch_sub(1, Ordering::AcqRel);
-        }
+        let old = KEYS.get().write().unwrap_or_else(|e| e.into_inner()).remove(&st.rkey);
+        unbind(old, st.bound.take());
         Ok(())
     }
 
@@ -245,12 +242,11 @@ impl Bind {
             }
             mr.windows.fetch_add(1, Ordering::AcqRel);
         }
-        keys.remove(&st.rkey);
+        let old_entry = keys.remove(&st.rkey);
         keys.insert(new, Arc::new(entry));
+        drop(keys);
         let old = std::mem::replace(&mut st.bound, self.to.as_ref().map(|(mr, _)| mr.clone()));
-        if let Some(mr) = old {
-            mr.windows.fetch_sub(1, Ordering::AcqRel);
-        }
+        unbind(old_entry, old);
         st.rkey = new;
         mw.set_raw_rkey(new);
         IBV_WC_SUCCESS
@@ -279,11 +275,22 @@ pub fn invalidate(pd: &Pd, rkey: u32) -> std::result::Result<(), AccessError> {
     if !keys.contains_key(&rkey) {
         return Err(AccessError::Protection); // deallocated meanwhile
     }
-    keys.insert(rkey, Arc::new(unbound(&mw)));
-    if let Some(mr) = st.bound.take() {
+    let old = keys.insert(rkey, Arc::new(unbound(&mw)));
+    drop(keys);
+    unbind(old, st.bound.take());
+    Ok(())
+}
+
+/// A window's key no longer reaches what entry `old` did (it is out of the table): accesses
+/// under way through it finish, and only then may the MR it was bound to (`mr`) be
+/// deregistered. Called without the table's lock, under the window's.
+fn unbind(old: Option<Arc<Reg>>, mr: Option<Arc<Mr>>) {
+    if let Some(old) = old {
+        old.retire();
+    }
+    if let Some(mr) = mr {
         mr.windows.fetch_sub(1, Ordering::AcqRel);
     }
-    Ok(())
 }
 
 /// verbs.h's `ibv_bind_mw` checks, before the op is called: a type 1 window (`EINVAL`), a range

@@ -281,6 +281,21 @@ impl SoftQp {
                 break;
             }
             let (hp, data) = ring.slot(ring.head());
+            // A READ's region: its bytes are copied inside the gate, or, deregistered since the
+            // request was checked, the rest of the response is refused.
+            let gate = match job {
+                RespJob::Read { _mr: Some(g), .. } => Some(g.clone()),
+                _ => None,
+            };
+            let _inside = match gate.as_ref().map(|g| g.enter()) {
+                Some(None) => {
+                    if let RespJob::Read { req_seq, .. } = *job {
+                        *job = RespJob::Nak { req_seq, status: IBV_WC_REM_ACCESS_ERR };
+                    }
+                    continue;
+                }
+                inside => inside,
+            };
             match job {
                 RespJob::Read { req_seq, addr, len, off, .. } => {
                     let n = (*len - *off).min(SEG_DATA as u64);
@@ -300,7 +315,8 @@ impl SoftQp {
                         ..SegHdr::default()
                     };
                     // SAFETY: free slot owned by the producer; the source range was checked
-                    // against the region (kept alive by the job) when the request arrived.
+                    // against the region when the request arrived, and the region stays
+                    // registered until we leave its gate (`_inside`).
                     unsafe {
                         hp.write_volatile(h);
                         std::ptr::copy_nonoverlapping(

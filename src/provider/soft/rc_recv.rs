@@ -264,10 +264,21 @@ impl SoftQp {
             }
         }
         let Some(InMsg::Write { base, mr, open }) = st.cur_in.as_mut() else { return Flow::Stop };
-        if mr.is_some() {
-            // SAFETY: [base, base + len) was checked for remote write in a live region (held in
-            // cur_in) at the first segment; off + n <= len (checked), so the destination lies in
-            // it whatever this segment's header says; data holds n published bytes.
+        if let Some(gate) = mr {
+            let Some(_inside) = gate.enter() else {
+                // Deregistered since the first segment: the rest of the message is refused.
+                st.cur_in = None;
+                // The NAK names the message's last slot; this segment is its (off / SEG_DATA)th.
+                let end = seq
+                    .wrapping_add(message_slots(len))
+                    .wrapping_sub(u64::from(off) / SEG_DATA as u64);
+                self.nak(st, link, end, IBV_WC_REM_ACCESS_ERR);
+                return Flow::Stop;
+            };
+            // SAFETY: [base, base + len) was checked for remote write at the first segment, in
+            // a region registered until we leave its gate; off + n <= len (checked), so the
+            // destination lies in it whatever this segment's header says; data holds n
+            // published bytes.
             unsafe { copy_last_byte_last(data, (*base + off as u64) as *mut u8, n as usize) };
         }
         open.got = off + n;
@@ -308,12 +319,16 @@ impl SoftQp {
             Err(IBV_WC_REM_INV_REQ_ERR)
         } else {
             self.check_remote(st, h.rkey, h.remote_addr, 8, ACCESS_REMOTE_ATOMIC).and_then(|c| {
-                let (_mr, addr) = c;
+                let (mr, addr) = c;
                 if addr % 8 != 0 {
                     return Err(IBV_WC_REM_INV_REQ_ERR); // an aligned iova, its address not
                 }
-                // SAFETY: 8 aligned bytes (checked just above) inside a live region with atomic
-                // access.
+                let _inside = match &mr {
+                    Some(g) => Some(g.enter().ok_or(IBV_WC_REM_ACCESS_ERR)?),
+                    None => None,
+                };
+                // SAFETY: 8 aligned bytes (checked just above) inside a region with atomic
+                // access, registered until we leave its gate.
                 let cell = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
                 let value = if opcode == OP_CMP_SWAP {
                     match cell.compare_exchange(

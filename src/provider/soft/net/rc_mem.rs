@@ -4,10 +4,11 @@
 //! in its `Book` under a handle.
 
 use super::rc::{Book, List};
+use crate::provider::gate::Inside;
 use crate::provider::soft::transport as t;
 use crate::provider::{
-    KeySpace, MemoryKeys, Payload, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE,
+    KeySpace, MemoryKeys, Payload, Region, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +64,7 @@ impl Mem<'_> {
                 .keys
                 .lookup(s.lkey, addr, take, need, KeySpace::Local)
                 .map_err(|_| t::MemError::Access)?;
+            let _inside = c.region.enter().ok_or(t::MemError::Access)?;
             f(c.addr, done, take);
             done += take;
             skip = 0;
@@ -71,14 +73,14 @@ impl Mem<'_> {
     }
 
     /// Checks `[va, va+len)` of `rkey` (in the region's iova space) and translates it: the
-    /// region (`None` for an empty range) and the local address to touch.
+    /// region's gate (`None` for an empty range) and the local address to touch.
     fn remote(
         &self,
         rkey: u32,
         va: u64,
         len: u64,
         need: u32,
-    ) -> Result<(Option<crate::provider::Region>, u64), t::MemError> {
+    ) -> Result<(Option<Region>, u64), t::MemError> {
         if self.access & need != need {
             return Err(t::MemError::Access);
         }
@@ -91,6 +93,15 @@ impl Mem<'_> {
             .lookup(rkey, va, len, need, KeySpace::Remote)
             .map_err(|_| t::MemError::Access)?;
         Ok((Some(c.region), c.addr))
+    }
+}
+
+/// Enters a checked region's gate for one copy (nothing to enter for an empty range): refused
+/// if the region was deregistered since its check.
+fn enter(region: &Option<Region>) -> Result<Option<Inside<'_>>, t::MemError> {
+    match region {
+        None => Ok(None),
+        Some(g) => g.enter().map(Some).ok_or(t::MemError::Access),
     }
 }
 
@@ -130,20 +141,22 @@ impl t::Memory for Mem<'_> {
     }
 
     fn read_remote(&mut self, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), t::MemError> {
-        let (_r, va) = self.remote(rkey, va, dst.len() as u64, ACCESS_REMOTE_READ)?;
+        let (r, va) = self.remote(rkey, va, dst.len() as u64, ACCESS_REMOTE_READ)?;
+        let _inside = enter(&r)?;
         if !dst.is_empty() {
-            // SAFETY: [va, va + len) (translated) lies in a live region with remote read
-            // (checked above).
+            // SAFETY: [va, va + len) (translated) lies in a region with remote read (checked
+            // above), registered until we leave its gate.
             unsafe { std::ptr::copy_nonoverlapping(va as *const u8, dst.as_mut_ptr(), dst.len()) }
         }
         Ok(())
     }
 
     fn write_remote(&mut self, rkey: u32, va: u64, src: &[u8]) -> Result<(), t::MemError> {
-        let (_r, va) = self.remote(rkey, va, src.len() as u64, ACCESS_REMOTE_WRITE)?;
+        let (r, va) = self.remote(rkey, va, src.len() as u64, ACCESS_REMOTE_WRITE)?;
+        let _inside = enter(&r)?;
         if let Some((last, head)) = src.split_last() {
-            // SAFETY: [va, va + len) (translated) lies in a live region with remote write
-            // (checked above).
+            // SAFETY: [va, va + len) (translated) lies in a region with remote write (checked
+            // above), registered until we leave its gate.
             // The last byte lands last: a target spinning on it then sees the whole payload.
             unsafe {
                 std::ptr::copy_nonoverlapping(head.as_ptr(), va as *mut u8, head.len());
@@ -158,11 +171,13 @@ impl t::Memory for Mem<'_> {
         if va % 8 != 0 {
             return Err(t::MemError::Access);
         }
-        let (_r, va) = self.remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        let (r, va) = self.remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
         if va % 8 != 0 {
             return Err(t::MemError::Access); // an iova aligned, its local address not
         }
-        // SAFETY: 8 aligned bytes inside a live region with atomic access (checked above).
+        let _inside = enter(&r)?;
+        // SAFETY: 8 aligned bytes inside a region with atomic access (checked above),
+        // registered until we leave its gate.
         let cell = unsafe { AtomicU64::from_ptr(va as *mut u64) };
         Ok(match op {
             t::AtomicOp::CmpSwap { compare, swap } => {

@@ -4,15 +4,15 @@
 
 use super::*;
 use crate::provider::soft::transport::Memory as _;
-use crate::provider::{AccessError, Checked, Sge, Sgl};
-use std::sync::Arc;
+use crate::provider::{AccessError, Checked, Region, Sge, Sgl};
 
-/// One registered region: `[base, base+len)` with key `key` and rights `rights`.
+/// One registered region: `[base, base+len)` with key `key` and rights `rights`, and its gate.
 struct Keys {
     key: u32,
     base: u64,
     len: usize,
     rights: u32,
+    gate: Region,
 }
 
 impl MemoryKeys for Keys {
@@ -31,13 +31,13 @@ impl MemoryKeys for Keys {
         if self.rights & need != need {
             return Err(AccessError::Access);
         }
-        Ok(Checked { region: Arc::new(()), addr })
+        Ok(Checked { region: self.gate.clone(), addr })
     }
 }
 
 fn setup(buf: &mut [u8], rights: u32) -> (Keys, RefCell<Book>) {
     let base = buf.as_mut_ptr() as u64;
-    let keys = Keys { key: 7, base, len: buf.len(), rights };
+    let keys = Keys { key: 7, base, len: buf.len(), rights, gate: Region::default() };
     let mut book = Book::default();
     // Two pieces of the buffer, in reverse order: bytes 32..40 then 0..8.
     let sgl = Sgl::Many(vec![
@@ -95,4 +95,24 @@ fn remote_access_needs_the_qp_flag_the_region_right_and_the_bounds() {
     assert_eq!(mem.atomic(7, a, t::AtomicOp::FetchAdd { add: 5 }), Ok(0));
     assert_eq!(mem.atomic(7, a, t::AtomicOp::CmpSwap { compare: 5, swap: 9 }), Ok(5));
     assert_eq!(mem.atomic(7, a, t::AtomicOp::FetchAdd { add: 0 }), Ok(9));
+}
+
+#[test]
+fn a_region_deregistered_after_its_check_is_not_touched() {
+    // The key table still answers (the check passed just before), but the region's gate is
+    // closed: ibv_dereg_mr has returned, so no byte may move, local or remote.
+    let mut buf = vec![0u8; 64];
+    let all = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+    let (keys, book) = setup(&mut buf, all);
+    keys.gate.close();
+    let (base, mut mem) = (keys.base, Mem { keys: &keys, book: &book, access: all });
+    assert_eq!(mem.write_remote(7, base, &[1, 2]), Err(t::MemError::Access));
+    assert_eq!(mem.read_remote(7, base, &mut [0u8; 2]), Err(t::MemError::Access));
+    let a = (base + 7) & !7;
+    assert_eq!(mem.atomic(7, a, t::AtomicOp::FetchAdd { add: 1 }), Err(t::MemError::Access));
+    assert_eq!(mem.write_local(t::Sgl(1), 0, &[3]), Err(t::MemError::Access));
+    assert_eq!(mem.read_local(t::Sgl(1), 0, &mut [0u8; 1]), Err(t::MemError::Access));
+    assert!(buf.iter().all(|b| *b == 0));
+    // Empty ranges name no memory: still allowed.
+    assert_eq!(mem.write_remote(7, base, &[]), Ok(()));
 }
