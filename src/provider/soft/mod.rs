@@ -38,6 +38,7 @@ pub mod ring;
 mod ring_capture;
 pub mod roce;
 pub mod segcheck;
+mod sgl_copy;
 pub mod transport;
 mod ud;
 mod ud_backlog;

@@ -39,6 +39,9 @@ pub struct Inflight {
     pub error: Option<u32>,
     /// Where READ and atomic results go.
     pub local: Option<Sgl>,
+    /// The results could not be placed (a local region deregistered since the post): the
+    /// request fails with this once its response is in.
+    pub local_error: Option<u32>,
     pub resp_off: u64,
     /// Written to a capture (`ring_capture`): the PSNs its response is on.
     pub captured: Option<(u32, u32)>,
@@ -200,7 +203,7 @@ impl SoftQp {
                 // header; the payload's regions were checked above.
                 unsafe {
                     hp.write_volatile(h);
-                    copy_out(&w.payload, off, data, n as usize);
+                    super::sgl_copy::copy_out(&w.payload, off, data, n as usize);
                 }
                 ring.seal_and_publish();
                 wrote = true;
@@ -266,6 +269,7 @@ impl SoftQp {
                 Payload::Sges(s) if awaits => Some(std::mem::replace(s, Sgl::empty())),
                 _ => None,
             },
+            local_error: None,
             resp_off: 0,
             captured: None,
         }
@@ -581,66 +585,4 @@ pub fn rnr_delay(timer: u8) -> Duration {
 /// Number of ring slots a message of `len` payload bytes takes.
 pub fn message_slots(len: u32) -> u64 {
     (len as u64).div_ceil(SEG_DATA as u64).max(1)
-}
-
-/// Copies `n` bytes of a send's payload, starting at message offset `off`, to `dst`.
-///
-/// # Safety
-/// `dst` is valid for `n` bytes; SGE ranges were checked against registered regions.
-pub(super) unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
-    match p {
-        Payload::Inline(d) => {
-            let v = d.as_slice();
-            // SAFETY: off + n <= v.len() (the message length); dst valid per contract.
-            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(off as usize), dst, n) }
-        }
-        Payload::Sges(sgl) => walk(sgl, off, n, |addr, at, len| {
-            // SAFETY: the piece lies in a checked registered region; dst has n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), len) }
-        }),
-    }
-}
-
-/// Copies `n` bytes from `src` into a scatter list at message offset `off`.
-///
-/// # Safety
-/// `src` is valid for `n` bytes; the SGEs were checked for local write within their regions.
-pub(super) unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
-    walk(sgl, off, n, |addr, at, len| {
-        // SAFETY: per the function's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(at), addr as *mut u8, len) }
-    })
-}
-
-/// Copies the first `out.len()` bytes a scatter list describes into `out`.
-///
-/// # Safety
-/// The SGEs lie within registered regions (checked when posted).
-pub(super) unsafe fn gather(sgl: &Sgl, out: &mut [u8]) {
-    let dst = out.as_mut_ptr();
-    walk(sgl, 0, out.len(), |addr, at, len| {
-        // SAFETY: the piece lies in a checked region; `out` has room for `at + len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), len) }
-    })
-}
-
-/// Walks bytes `[off, off+n)` of the message a scatter/gather list describes: `f(address, offset
-/// within those n bytes, length)` for each contiguous piece.
-fn walk(sgl: &Sgl, off: u64, n: usize, mut f: impl FnMut(u64, usize, usize)) {
-    let mut skip = off;
-    let mut done = 0usize;
-    for s in sgl.as_slice() {
-        if done == n {
-            break;
-        }
-        let l = s.length as u64;
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let take = ((l - skip) as usize).min(n - done);
-        f(s.addr + skip, done, take);
-        done += take;
-        skip = 0;
-    }
 }

@@ -3,8 +3,9 @@
 //! handed to `ring_capture` to be written as RoCEv2 packets.
 
 use super::qp::{Inner, SoftQp};
-use super::rc::{copy_out, gather, Inflight};
+use super::rc::Inflight;
 use super::roce::opcode::Transport;
+use super::sgl_copy::{copy_out, gather};
 use crate::provider::SendWqe;
 use crate::sys::ibv_wc_opcode::*;
 use crate::sys::ibv_wc_status::*;

@@ -125,13 +125,28 @@ impl SoftQp {
             Step::Single { opcode } => self.single(st, link, seq, h, opcode),
             Step::Response { off, n, last } => {
                 if let Some(f) = find_inflight(st, h.req_seq) {
-                    if let Some(local) = &f.local {
-                        // SAFETY: the local buffers were checked for local write when the
-                        // request was sent and hold f.len bytes; off + n <= f.len (checked);
-                        // data holds n published bytes.
-                        unsafe { super::rc::copy_in(local, off as u64, data, n as usize) };
+                    if let (Some(local), None) = (&f.local, f.local_error) {
+                        // SAFETY: data holds n published bytes (the local buffers hold f.len
+                        // bytes, off + n <= f.len: checked).
+                        let placed = unsafe {
+                            super::sgl_copy::place_in(
+                                &*self.keys,
+                                local,
+                                off as u64,
+                                data,
+                                n as usize,
+                            )
+                        };
+                        if placed.is_err() {
+                            // Deregistered since the request was posted: the rest of the
+                            // response is taken but not placed, and the request fails.
+                            f.local_error = Some(IBV_WC_LOC_PROT_ERR);
+                        }
                     }
                     f.resp_off = (off + n) as u64;
+                    if last && f.local_error.is_some() {
+                        f.error = f.local_error;
+                    }
                     f.done = last;
                 }
                 Flow::Next
@@ -195,11 +210,16 @@ impl SoftQp {
             let open = Open { opcode, len, got: 0, imm };
             st.cur_in = Some(InMsg::Recv { wqe, status, open });
         }
+        let keys = self.keys_of(&st.xrc_cur);
         let Some(InMsg::Recv { wqe, status, open }) = st.cur_in.as_mut() else { return Flow::Stop };
         if *status == IBV_WC_SUCCESS {
-            // SAFETY: the receive's regions were checked (local write, in bounds, room for the
-            // whole message of `len` bytes); off + n <= len (checked); data holds n bytes.
-            unsafe { super::rc::copy_in(&wqe.sges, off as u64, data, n as usize) };
+            // SAFETY: data holds n published bytes (the receive has room for the whole message
+            // of `len` bytes, off + n <= len: checked).
+            let placed =
+                unsafe { super::sgl_copy::place_in(keys, &wqe.sges, off as u64, data, n as usize) };
+            if placed.is_err() {
+                *status = IBV_WC_LOC_PROT_ERR; // deregistered since the first segment
+            }
         }
         open.got = off + n;
         if !last {
@@ -488,7 +508,15 @@ impl SoftQp {
     /// The receive side of the request being executed: the QP's own, or for an XRC target
     /// that of the SRQ the request named (its keys, CQ and queue).
     fn rx_keys<'a>(&'a self, st: &'a Inner) -> &'a dyn MemoryKeys {
-        match &st.xrc_cur {
+        self.keys_of(&st.xrc_cur)
+    }
+
+    /// [`SoftQp::rx_keys`] from the one field it reads (beside a borrow of another).
+    fn keys_of<'a>(
+        &'a self,
+        xrc_cur: &'a Option<crate::provider::XrcTarget>,
+    ) -> &'a dyn MemoryKeys {
+        match xrc_cur {
             Some(t) => &*t.keys,
             None => &*self.keys,
         }

@@ -4,7 +4,7 @@
 
 use super::datagram::{self, UdHdr, HDR_LEN, MCAST_QPN, UD_IMM, UD_MTU, UD_SOLICITED};
 use super::qp::{Inner, SoftQp};
-use super::rc::copy_in;
+use super::sgl_copy::copy_in;
 use super::ud_backlog::{Held, DROPPED_FULL, GRACE};
 use crate::errno::{Errno, Result};
 use crate::provider::{Completion, Payload, QpState, SendWqe, ACCESS_LOCAL_WRITE, GRH_LEN};

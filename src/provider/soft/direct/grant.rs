@@ -156,14 +156,14 @@ impl Granted {
             // bytes per the contract. The last byte goes last, as the copy path does it: a
             // target polling the last byte sees the whole message.
             (p_in, IBV_WR_RDMA_WRITE) => unsafe {
-                super::super::rc::copy_out(p_in, 0, p, n - 1);
+                super::super::sgl_copy::copy_out(p_in, 0, p, n - 1);
                 fence(Ordering::Release);
-                super::super::rc::copy_out(p_in, (n - 1) as u64, p.add(n - 1), 1);
+                super::super::sgl_copy::copy_out(p_in, (n - 1) as u64, p.add(n - 1), 1);
             },
             (Payload::Sges(sgl), IBV_WR_RDMA_READ) => {
                 // SAFETY: p has n readable bytes in our mapping; the SGEs were checked for
                 // local write per the contract.
-                unsafe { super::super::rc::copy_in(sgl, 0, p, n) }
+                unsafe { super::super::sgl_copy::copy_in(sgl, 0, p, n) }
             }
             (Payload::Sges(sgl), _) => {
                 // SAFETY: p is 8-aligned (base is page-aligned, remote_addr 8-aligned) with 8
@@ -181,7 +181,7 @@ impl Granted {
                     cell.fetch_add(w.compare_add, Ordering::SeqCst)
                 };
                 // SAFETY: the 8 result bytes go to SGEs checked for local write.
-                unsafe { super::super::rc::copy_in(sgl, 0, (&old as *const u64).cast(), 8) }
+                unsafe { super::super::sgl_copy::copy_in(sgl, 0, (&old as *const u64).cast(), 8) }
             }
             _ => return false, // READ or atomic with inline data: not a valid request
         }
