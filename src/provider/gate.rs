@@ -1,6 +1,7 @@
-//! A registered region's gate: the provider touches a region's memory on a peer's behalf only
-//! inside it, and whatever ends the region's reach (deregistration, re-registration, a
-//! window's invalidation) closes it, waiting for the accesses under way.
+//! A registered region's gate: the provider touches a region's memory on a peer's behalf (or for
+//! a message that lands after its check, in our own buffers) only inside it, and whatever ends
+//! the region's reach (deregistration, re-registration, a window's invalidation) closes it,
+//! waiting for the accesses under way.
 //!
 //! A key check alone is not enough: a peer's access that passed the check just before the
 //! region was deregistered, or a message whose first segment was checked, would otherwise land

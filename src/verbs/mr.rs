@@ -46,8 +46,9 @@ pub struct Reg {
     /// A memory window's entry (`mw.rs`): an rkey only, never an lkey; unbound it has an empty
     /// range and no rights.
     pub(super) window: Option<std::sync::Weak<super::mw::Mw>>,
-    /// Peers' accesses through these keys happen inside it; closed (waiting for them) when the
-    /// registration ends ([`Reg::retire`]).
+    /// The provider's accesses through these keys that outlive their check (a peer's, or a
+    /// message's later segments into our own buffers) happen inside it; closed, waiting for
+    /// them, when the registration ends ([`Reg::retire`]).
     gate: Region,
 }
 

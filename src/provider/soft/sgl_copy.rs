@@ -35,9 +35,9 @@ pub(super) unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
 
 /// Copies `n` bytes from `src` into a scatter list at message offset `off`, where the SGEs were
 /// checked earlier (when the request was posted, or at a message's first segment). Each piece
-/// is looked up again in `keys` (local write) and written inside its region's gate: a region deregistered
-/// since the receive was checked (a program tearing down while a message lands) is not written,
-/// and the receive fails with a protection error, as hardware's would.
+/// is looked up again in `keys` (local write) and written inside its region's gate: a region
+/// deregistered since the check (a program tearing down while a message lands) is not written,
+/// and the caller fails the request with a protection error, as hardware would.
 ///
 /// # Safety
 /// `src` is valid for `n` bytes.
