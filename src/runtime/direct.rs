@@ -31,6 +31,9 @@ pub struct Direct {
     e: &'static Engine,
     /// `SLEEP_DIRECT` was advertised (by `spin` or `prepare`).
     advertised: Cell<bool>,
+    /// A linger lasted when this waiter took the role: its bits are this waiter's to hand back,
+    /// even if it never waits (its event was there already, or its channel is non-blocking).
+    took_linger: bool,
 }
 
 /// The direct role kept after a wait, with no thread in it.
@@ -70,8 +73,8 @@ impl Linger {
 impl Direct {
     pub(super) fn new(e: &'static Engine) -> Direct {
         // A linger ends here: this waiter holds the role now, with the bits as they are.
-        e.linger.active.store(false, Ordering::SeqCst);
-        Direct { e, advertised: Cell::new(false) }
+        let took_linger = e.linger.active.swap(false, Ordering::SeqCst);
+        Direct { e, advertised: Cell::new(false), took_linger }
     }
 }
 
@@ -114,6 +117,11 @@ impl Drop for Direct {
         let e = self.e;
         if self.advertised.get() {
             e.event_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        // A waiter that advertised, or took a linger over, leaves SLEEP_DIRECT behind: it
+        // lingers again, bounded as any linger. (Left without a linger, the bit would make
+        // rings only mark DIRECT_RUNG, with nobody to run them or to wake the progress thread.)
+        if self.advertised.get() || self.took_linger {
             // Keep SLEEP_DIRECT: later rings only mark DIRECT_RUNG.
             let was =
                 e.bell.word().waiting.fetch_and(!(DIRECT_ASLEEP | DIRECT_RUNG), Ordering::SeqCst);
@@ -156,5 +164,49 @@ pub(super) fn end_stale_linger(e: &Engine) {
         if age >= LINGER_MAX.as_nanos() as u64 {
             end_linger(e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::engine::engine;
+    use crate::runtime::fdqueue::FdQueue;
+
+    /// The direct role, once no other test holds it.
+    fn role(e: &'static Engine) -> Direct {
+        loop {
+            match e.direct() {
+                Some(d) => break d,
+                None => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// A waiter whose event is there already never advertises; if it took a linger over, it
+    /// must hand it back. Otherwise SLEEP_DIRECT stays set with no linger to bound it: rings
+    /// then only mark DIRECT_RUNG, and the progress thread may sleep without a timeout.
+    #[test]
+    fn a_waiter_that_never_waits_hands_the_linger_back() {
+        let e: &'static Engine = engine().expect("engine");
+        let waiting = &e.bell().word().waiting;
+        // A linger as a waiter leaves it: SLEEP_DIRECT advertised, nobody in the role.
+        let first = role(e);
+        waiting.fetch_or(SLEEP_DIRECT, Ordering::SeqCst);
+        e.linger.since_ns.store(now_ns(), Ordering::SeqCst);
+        e.linger.active.store(true, Ordering::SeqCst);
+        drop(first); // took no linger, advertised nothing: leaves the state as set
+        let q = FdQueue::new().expect("queue");
+        q.push(5u32);
+        let d = role(e);
+        assert_eq!(q.pop_wait_via(Some(&d)), Ok(5), "the event was there: no wait");
+        assert!(!d.advertised.get());
+        drop(d);
+        // Whoever holds the role next took a linger over, or the bit is gone (the progress
+        // thread ended the linger meanwhile); never the bit alone.
+        let next = role(e);
+        let alone = waiting.load(Ordering::SeqCst) & SLEEP_DIRECT != 0 && !next.took_linger;
+        drop(next);
+        assert!(!alone, "SLEEP_DIRECT left advertised without a linger");
     }
 }
