@@ -199,6 +199,10 @@ impl Engine {
             sleeps_unbounded: AtomicBool::new(false),
             event_waits: AtomicU64::new(0),
         });
+        // Read here, in the call that starts the engine, not lazily on the progress thread:
+        // the CPU count reads cgroup files, and descriptors a background thread opens at an
+        // unpredictable moment show up in a program's own descriptor counts.
+        let _ = super::spin::progress();
         let e2 = e.clone();
         std::thread::Builder::new()
             .name("rdmashim-progress".into())
