@@ -52,18 +52,6 @@ static void xwrite(int fd, const void *p, size_t n)
 	CHECK(write(fd, p, n) == (ssize_t)n, "pipe write");
 }
 
-static void open_device(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n > 0, "no device");
-	ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open_device");
-	ibv_free_device_list(list);
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd, "alloc_pd");
-}
-
 static const int ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 			  IBV_ACCESS_REMOTE_ATOMIC;
 
@@ -100,7 +88,7 @@ static unsigned char expected(size_t i)
 /* The target: answers commands on `in` with one byte ('y' or 'n') on `out`. */
 static void target(int in, int out)
 {
-	open_device();
+	open_first_device();
 	unsigned char *buf = aligned_alloc(4096, LEN);
 	CHECK(buf, "alloc");
 	for (size_t i = 0; i < LEN; i++)
@@ -203,7 +191,7 @@ int main(void)
 	close(up[1]);
 	int to = down[1], from = up[0];
 
-	open_device();
+	open_first_device();
 	mine = aligned_alloc(4096, LEN);
 	CHECK(mine, "alloc");
 	memset(mine, 0, LEN);

@@ -170,14 +170,7 @@ static int round_trip(int round, int shared, enum op op)
 int main(void)
 {
 	alarm(240);
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	CHECK(l && n > 0, "no device");
-	ctx = ibv_open_device(l[0]);
-	ibv_free_device_list(l);
-	CHECK(ctx, "open_device");
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd, "alloc_pd");
+	open_first_device();
 	for (enum op op = WRITE; op <= READ_LOCAL; op++)
 		for (int shared = 1; shared >= 0; shared--) {
 			int cut = 0;

@@ -87,14 +87,7 @@ int main(void)
 		printf("SKIP: RDMASHIM_DIRECT=off\n");
 		return 77;
 	}
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n > 0, "no device");
-	ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open_device");
-	ibv_free_device_list(list);
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd, "alloc_pd");
+	open_first_device();
 	CHECK(!mapped(NULL), "something is mapped at address 0 before the test");
 
 	unsigned char *buf = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

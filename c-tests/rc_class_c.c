@@ -52,14 +52,7 @@ static void refused(struct end *a, struct end *b, enum ibv_wc_status status, enu
 int main(void)
 {
 	alarm(60);
-	int n;
-	struct ibv_device **devs = ibv_get_device_list(&n);
-	CHECK(devs && n > 0, "no device");
-	ctx = ibv_open_device(devs[0]);
-	ibv_free_device_list(devs);
-	CHECK(ctx, "open_device");
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd, "alloc_pd");
+	open_first_device();
 	size_t big = 1 << 20;
 	char *local = calloc(1, big), *remote = calloc(1, big), *ro = calloc(1, 4096);
 	struct ibv_mr *lmr = ibv_reg_mr(pd, local, big, IBV_ACCESS_LOCAL_WRITE);

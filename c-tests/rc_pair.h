@@ -19,6 +19,19 @@
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 
+/* Opens the first device into ctx and allocates pd on it. */
+static inline void open_first_device(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n > 0, "no device");
+	ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open_device");
+	ibv_free_device_list(list);
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "alloc_pd");
+}
+
 struct end {
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;

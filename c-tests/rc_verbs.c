@@ -8,14 +8,7 @@
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n >= 1, "device list");
-	ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open_device");
-	ibv_free_device_list(list);
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd, "alloc_pd");
+	open_first_device();
 	int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 		  IBV_ACCESS_REMOTE_ATOMIC;
 	static char local[8192], remote[8192], ro[64];

@@ -67,13 +67,7 @@ static void expect_none(struct ibv_cq *cq, const char *what)
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n > 0, "no device");
-	ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open_device");
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd, "alloc_pd");
+	open_first_device();
 	char *abuf = calloc(1, BUF), *bbuf = calloc(1, BUF);
 	struct ibv_mr *amr = ibv_reg_mr(pd, abuf, BUF, ACCESS), *bmr = ibv_reg_mr(pd, bbuf, BUF, ACCESS);
 	CHECK(amr && bmr, "reg_mr");

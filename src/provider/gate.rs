@@ -74,6 +74,15 @@ impl Gate {
     }
 }
 
+/// The gate was closed: the region was deregistered since its check.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Closed;
+
+/// Enters the gate of a checked access, if it has one (an empty range names no region).
+pub fn enter_if(gate: Option<&Gate>) -> Result<Option<Inside<'_>>, Closed> {
+    gate.map(|g| g.enter().ok_or(Closed)).transpose()
+}
+
 impl Drop for Inside<'_> {
     fn drop(&mut self) {
         // Release: the access's bytes are in place before `close` sees it gone.
@@ -94,8 +103,11 @@ mod tests {
         let a = g.enter().expect("open");
         let b = g.enter().expect("several accesses at once");
         drop((a, b));
+        assert!(matches!(super::enter_if(Some(&g)), Ok(Some(_))));
+        assert!(matches!(super::enter_if(None), Ok(None)), "no region: nothing to enter");
         g.close();
         assert!(g.enter().is_none(), "closed: refused");
+        assert!(matches!(super::enter_if(Some(&g)), Err(super::Closed)));
         g.close(); // closing twice returns
     }
 

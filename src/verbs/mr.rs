@@ -199,8 +199,18 @@ impl Reg {
         (addr, len, iova, access): (usize, usize, u64, u32),
         mw: std::sync::Weak<super::mw::Mw>,
     ) -> Reg {
-        let (share, null, dm, window, gate) = (None, None, None, Some(mw), Region::default());
-        Reg { pd, addr, len, iova, access, share, null, dm, window, gate }
+        Reg {
+            pd,
+            addr,
+            len,
+            iova,
+            access,
+            share: None,
+            null: None,
+            dm: None,
+            window: Some(mw),
+            gate: Region::default(),
+        }
     }
 
     /// The local address of `[at, at+len)` of this registration's iova space, if inside.

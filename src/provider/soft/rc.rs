@@ -55,10 +55,11 @@ pub enum InMsg {
         status: u32,
         open: Open,
     },
-    /// `mr` is None for a zero-length write; it keeps the checked region alive.
+    /// `gate` is the checked region's (None for a zero-length write): each segment lands
+    /// inside it.
     Write {
         base: u64,
-        mr: Option<Region>,
+        gate: Option<Region>,
         open: Open,
     },
     /// UC: a message the responder drops (no receive, or refused), segment by segment.
@@ -82,7 +83,8 @@ pub enum RespJob {
         addr: u64,
         len: u64,
         off: u64,
-        _mr: Option<Region>,
+        /// The checked region's gate (None for a zero-length READ): each slot is read inside it.
+        gate: Option<Region>,
     },
     Atomic {
         req_seq: u64,
@@ -288,17 +290,14 @@ impl SoftQp {
             // A READ's region: its bytes are copied inside the gate, or, deregistered since the
             // request was checked, the rest of the response is refused.
             let gate = match job {
-                RespJob::Read { _mr: Some(g), .. } => Some(g.clone()),
+                RespJob::Read { gate, .. } => gate.clone(),
                 _ => None,
             };
-            let _inside = match gate.as_ref().map(|g| g.enter()) {
-                Some(None) => {
-                    if let RespJob::Read { req_seq, .. } = *job {
-                        *job = RespJob::Nak { req_seq, status: IBV_WC_REM_ACCESS_ERR };
-                    }
-                    continue;
+            let Ok(_inside) = crate::provider::gate::enter_if(gate.as_deref()) else {
+                if let RespJob::Read { req_seq, .. } = *job {
+                    *job = RespJob::Nak { req_seq, status: IBV_WC_REM_ACCESS_ERR };
                 }
-                inside => inside,
+                continue;
             };
             match job {
                 RespJob::Read { req_seq, addr, len, off, .. } => {

@@ -15,6 +15,7 @@ use super::qp::{Inner, SoftQp};
 use super::rc::{message_slots, status_of, InMsg, Inflight, RespJob};
 use super::ring::*;
 use super::segcheck::{self, Awaits, Open, Outstanding, Step};
+use crate::provider::gate;
 use crate::provider::{
     Completion, CompletionSink, KeySpace, MemoryKeys, QpEvent, QpState, RecvWqe, Region,
     SharedRecvQueue, Xrc, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
@@ -273,8 +274,11 @@ impl SoftQp {
         if first {
             match self.check_remote(st, h.rkey, h.remote_addr, len as u64, ACCESS_REMOTE_WRITE) {
                 Ok((mr, base)) => {
-                    st.cur_in =
-                        Some(InMsg::Write { base, mr, open: Open { opcode, len, got: 0, imm } })
+                    st.cur_in = Some(InMsg::Write {
+                        base,
+                        gate: mr,
+                        open: Open { opcode, len, got: 0, imm },
+                    })
                 }
                 Err(_) if self.uc => return discard(st, step), // UC: dropped, no NAK
                 Err(status) => {
@@ -283,8 +287,8 @@ impl SoftQp {
                 }
             }
         }
-        let Some(InMsg::Write { base, mr, open }) = st.cur_in.as_mut() else { return Flow::Stop };
-        if let Some(gate) = mr {
+        let Some(InMsg::Write { base, gate, open }) = st.cur_in.as_mut() else { return Flow::Stop };
+        if let Some(gate) = gate {
             let Some(_inside) = gate.enter() else {
                 // Deregistered since the first segment: the rest of the message is refused.
                 st.cur_in = None;
@@ -332,7 +336,7 @@ impl SoftQp {
                     addr,
                     len,
                     off: 0,
-                    _mr: mr,
+                    gate: mr,
                 },
             )
         } else if h.remote_addr % 8 != 0 {
@@ -343,10 +347,7 @@ impl SoftQp {
                 if addr % 8 != 0 {
                     return Err(IBV_WC_REM_INV_REQ_ERR); // an aligned iova, its address not
                 }
-                let _inside = match &mr {
-                    Some(g) => Some(g.enter().ok_or(IBV_WC_REM_ACCESS_ERR)?),
-                    None => None,
-                };
+                let _inside = gate::enter_if(mr.as_deref()).map_err(|_| IBV_WC_REM_ACCESS_ERR)?;
                 // SAFETY: 8 aligned bytes (checked just above) inside a region with atomic
                 // access, registered until we leave its gate.
                 let cell = unsafe { AtomicU64::from_ptr(addr as *mut u64) };

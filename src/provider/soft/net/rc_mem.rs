@@ -4,7 +4,7 @@
 //! in its `Book` under a handle.
 
 use super::rc::{Book, List};
-use crate::provider::gate::Inside;
+use crate::provider::gate::{self, Inside};
 use crate::provider::soft::transport as t;
 use crate::provider::{
     KeySpace, MemoryKeys, Payload, Region, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
@@ -96,13 +96,9 @@ impl Mem<'_> {
     }
 }
 
-/// Enters a checked region's gate for one copy (nothing to enter for an empty range): refused
-/// if the region was deregistered since its check.
+/// Enters a checked region's gate for one copy: refused if the region was deregistered since.
 fn enter(region: &Option<Region>) -> Result<Option<Inside<'_>>, t::MemError> {
-    match region {
-        None => Ok(None),
-        Some(g) => g.enter().map(Some).ok_or(t::MemError::Access),
-    }
+    gate::enter_if(region.as_deref()).map_err(|_| t::MemError::Access)
 }
 
 fn need_of(a: t::Access) -> u32 {
