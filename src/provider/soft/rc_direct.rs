@@ -3,12 +3,13 @@
 //! memory (`direct`), when RC order allows it: nothing of ours outstanding, or only one-sided
 //! requests the ring will drain first.
 
-use super::direct::grant::Granted;
+use super::direct::grant::{Executed, Granted};
 use super::link::Link;
 use super::qp::{Inner, SoftQp};
 use super::rc::Inflight;
 use crate::provider::Xrc;
 use crate::sys::ibv_wc_opcode::*;
+use crate::sys::ibv_wc_status::IBV_WC_LOC_PROT_ERR;
 use std::sync::Arc;
 
 impl SoftQp {
@@ -21,11 +22,15 @@ impl SoftQp {
         let data_len = if w.awaits_response() { 0 } else { w.len };
         // SAFETY: the front request's local entries were checked (local write for READ and
         // atomics) by push_sends before this call, with nothing of it pushed yet.
-        if !unsafe { g.execute(w) } {
+        let executed = unsafe { g.execute(w, &*self.keys) };
+        if executed == Executed::Declined {
             return false;
         }
         let mut f = self.retire_front(st, data_len, 0, 0);
         f.done = true; // executed: complete at once (nothing earlier is outstanding)
+        if executed == Executed::LocalFault {
+            f.error = Some(IBV_WC_LOC_PROT_ERR);
+        }
         st.inflight.push_back(f);
         self.reap(st, 0);
         true

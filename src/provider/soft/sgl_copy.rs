@@ -21,18 +21,6 @@ pub(super) unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
     }
 }
 
-/// Copies `n` bytes from `src` into a scatter list at message offset `off`, for a caller that
-/// checked the SGEs just before (the direct path, on the posting thread).
-///
-/// # Safety
-/// `src` is valid for `n` bytes; the SGEs were checked for local write within their regions.
-pub(super) unsafe fn copy_in(sgl: &Sgl, off: u64, src: *const u8, n: usize) {
-    walk(sgl, off, n, |_, addr, at, len| {
-        // SAFETY: per the function's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(at), addr as *mut u8, len) }
-    })
-}
-
 /// Copies `n` bytes from `src` into a scatter list at message offset `off`, where the SGEs were
 /// checked earlier (when the request was posted, or at a message's first segment). Each piece
 /// is looked up again in `keys` (local write) and written inside its region's gate: a region

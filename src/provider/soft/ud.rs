@@ -4,10 +4,12 @@
 
 use super::datagram::{self, UdHdr, HDR_LEN, MCAST_QPN, UD_IMM, UD_MTU, UD_SOLICITED};
 use super::qp::{Inner, SoftQp};
-use super::sgl_copy::copy_in;
+use super::sgl_copy::place_in;
 use super::ud_backlog::{Held, DROPPED_FULL, GRACE};
 use crate::errno::{Errno, Result};
-use crate::provider::{Completion, Payload, QpState, SendWqe, ACCESS_LOCAL_WRITE, GRH_LEN};
+use crate::provider::{
+    AccessError, Completion, Payload, QpState, SendWqe, Sgl, ACCESS_LOCAL_WRITE, GRH_LEN,
+};
 use crate::runtime::access;
 use crate::runtime::engine::{engine, on_progress_thread};
 use crate::runtime::unix::{self, Pod};
@@ -314,15 +316,11 @@ impl SoftQp {
         let total = (GRH_LEN + payload.len()) as u64;
         let status = if total > wqe.sges.total() {
             IBV_WC_LOC_LEN_ERR
-        } else if self.check_local(&wqe.sges, ACCESS_LOCAL_WRITE).is_err() {
+        } else if self.check_local(&wqe.sges, ACCESS_LOCAL_WRITE).is_err()
+            || self.place_datagram(&wqe.sges, grh, payload).is_err()
+        {
             IBV_WC_LOC_PROT_ERR
         } else {
-            // SAFETY: the receive's regions were checked for local write and hold `total`
-            // bytes; both sources are valid for their lengths.
-            unsafe {
-                copy_in(&wqe.sges, 0, grh.as_ptr(), GRH_LEN);
-                copy_in(&wqe.sges, GRH_LEN as u64, payload.as_ptr(), payload.len());
-            }
             IBV_WC_SUCCESS
         };
         let mut wc = Completion {
@@ -343,6 +341,24 @@ impl SoftQp {
         drop(st);
         self.recv_cq.push(wc);
         true
+    }
+}
+
+impl SoftQp {
+    /// Writes a datagram (GRH area, then payload) into a receive's buffers, each piece inside
+    /// its region's gate: a region deregistered since the receive was checked is left alone.
+    fn place_datagram(
+        &self,
+        sges: &Sgl,
+        grh: &[u8; GRH_LEN],
+        payload: &[u8],
+    ) -> std::result::Result<(), AccessError> {
+        let keys = &*self.keys;
+        // SAFETY: both sources are valid for their lengths.
+        unsafe {
+            place_in(keys, sges, 0, grh.as_ptr(), GRH_LEN)?;
+            place_in(keys, sges, GRH_LEN as u64, payload.as_ptr(), payload.len())
+        }
     }
 }
 

@@ -6,9 +6,11 @@
 //! `[addr - base, addr - base + n)` of its own mapping after checking that it lies inside, so a
 //! lying target can only mislead its own requests.
 
+use super::super::sgl_copy::place_in;
 use super::share::{page_size, SharedMem, VALID};
 use crate::provider::{
-    Payload, SendWqe, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    AccessError, MemoryKeys, Payload, SendWqe, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
 };
 use crate::runtime::shm::Shm;
 use crate::runtime::unix::Pod;
@@ -142,15 +144,17 @@ impl Granted {
         self.target(w).is_some()
     }
 
-    /// Executes `w` (an RDMA WRITE without immediate, a READ or an atomic) on the mapping:
-    /// `false`, having touched nothing, if it does not lie wholly inside the grant with the
-    /// rights it needs (the copy path then lets the target decide, NAK included).
+    /// Executes `w` (an RDMA WRITE without immediate, a READ or an atomic) on the mapping.
+    /// [`Executed::Declined`], having touched nothing, if it does not lie wholly inside the
+    /// grant with the rights it needs (the copy path then lets the target decide, NAK
+    /// included). A READ's or atomic's result is placed in our buffers through `keys`, inside
+    /// their regions' gates: [`Executed::LocalFault`] if one was deregistered since the check.
     ///
     /// # Safety
     /// `w`'s local scatter/gather entries were checked against our registered regions (read
     /// for WRITE, local write for READ and atomics).
-    pub unsafe fn execute(&self, w: &SendWqe) -> bool {
-        let Some((p, n)) = self.target(w) else { return false };
+    pub unsafe fn execute(&self, w: &SendWqe, keys: &dyn MemoryKeys) -> Executed {
+        let Some((p, n)) = self.target(w) else { return Executed::Declined };
         match (&w.payload, w.opcode) {
             // SAFETY: p has n bytes inside our mapping (checked by `at`); the payload has n
             // bytes per the contract. The last byte goes last, as the copy path does it: a
@@ -161,9 +165,8 @@ impl Granted {
                 super::super::sgl_copy::copy_out(p_in, (n - 1) as u64, p.add(n - 1), 1);
             },
             (Payload::Sges(sgl), IBV_WR_RDMA_READ) => {
-                // SAFETY: p has n readable bytes in our mapping; the SGEs were checked for
-                // local write per the contract.
-                unsafe { super::super::sgl_copy::copy_in(sgl, 0, p, n) }
+                // SAFETY: p has n readable bytes in our mapping.
+                return Executed::from(unsafe { place_in(keys, sgl, 0, p, n) });
             }
             (Payload::Sges(sgl), _) => {
                 // SAFETY: p is 8-aligned (base is page-aligned, remote_addr 8-aligned) with 8
@@ -180,12 +183,35 @@ impl Granted {
                 } else {
                     cell.fetch_add(w.compare_add, Ordering::SeqCst)
                 };
-                // SAFETY: the 8 result bytes go to SGEs checked for local write.
-                unsafe { super::super::sgl_copy::copy_in(sgl, 0, (&old as *const u64).cast(), 8) }
+                // SAFETY: the source is the 8 bytes of `old`.
+                return Executed::from(unsafe {
+                    place_in(keys, sgl, 0, (&old as *const u64).cast(), 8)
+                });
             }
-            _ => return false, // READ or atomic with inline data: not a valid request
+            _ => return Executed::Declined, // READ or atomic with inline data: not valid
         }
-        true
+        Executed::Done
+    }
+}
+
+/// What became of a request offered to the direct path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Executed {
+    /// Not taken, nothing touched: the copy path carries it.
+    Declined,
+    /// Executed on the peer's memory, result (if any) placed.
+    Done,
+    /// Executed on the peer's memory, but a local buffer for its result was deregistered
+    /// since the request's check: the request fails with a local protection error.
+    LocalFault,
+}
+
+impl From<Result<(), AccessError>> for Executed {
+    fn from(placed: Result<(), AccessError>) -> Executed {
+        match placed {
+            Ok(()) => Executed::Done,
+            Err(_) => Executed::LocalFault,
+        }
     }
 }
 
@@ -213,6 +239,37 @@ mod tests {
         };
         let m = GrantMsg { magic: 0, kind: GRANT, rkey: 1, access, base, len };
         Granted::map(&m, fd)
+    }
+
+    /// Our one registered region, `buf` under key 0 with every right, and its gate.
+    struct OneRegion {
+        base: u64,
+        len: usize,
+        gate: crate::provider::Region,
+    }
+
+    impl OneRegion {
+        fn new(buf: &[u8]) -> OneRegion {
+            OneRegion { base: buf.as_ptr() as u64, len: buf.len(), gate: Default::default() }
+        }
+    }
+
+    impl MemoryKeys for OneRegion {
+        fn lookup(
+            &self,
+            key: u32,
+            addr: u64,
+            len: usize,
+            _need: u32,
+            _space: crate::provider::KeySpace,
+        ) -> Result<crate::provider::Checked, AccessError> {
+            let inside = addr >= self.base
+                && addr.checked_add(len as u64).is_some_and(|e| e <= self.base + self.len as u64);
+            if key != 0 || !inside {
+                return Err(AccessError::Protection);
+            }
+            Ok(crate::provider::Checked { region: self.gate.clone(), addr })
+        }
     }
 
     fn write(addr: u64, buf: &[u8]) -> SendWqe {
@@ -255,9 +312,11 @@ mod tests {
         let g = granted(2, 0x10000, 2 * page, ACCESS_REMOTE_WRITE).unwrap();
         let data = [7u8; 16];
         // The local entry of every request is our own live buffer (execute's contract).
+        let keys = OneRegion::new(&[]);
         let run = |w: &SendWqe| {
             // SAFETY: see above.
-            unsafe { g.execute(w) }
+            let e = unsafe { g.execute(w, &keys) };
+            e == Executed::Done
         };
         assert!(run(&write(0x10000 + 2 * page - 16, &data)));
         assert!(!run(&write(0x10000 + 2 * page - 15, &data)), "runs past the end");
@@ -269,5 +328,29 @@ mod tests {
         let mut imm = write(0x10000, &data);
         imm.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         assert!(!run(&imm), "WRITE with immediate needs the target");
+    }
+
+    #[test]
+    fn a_read_result_is_not_placed_in_a_region_deregistered_since_its_check() {
+        let page = page_size() as u64;
+        let g = granted(1, 0x10000, page, ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ).unwrap();
+        let data: Vec<u8> = (0..64u8).collect();
+        let mut local = vec![0xeeu8; 64];
+        let keys = OneRegion::new(&local);
+        // SAFETY: the WRITE's local entry is `data`, live; the READ's is `local`, live.
+        let exec = |w: &SendWqe| unsafe { g.execute(w, &keys) };
+        assert_eq!(exec(&write(0x10000, &data)), Executed::Done);
+        let mut read = write(0x10000, &local);
+        read.opcode = IBV_WR_RDMA_READ;
+        // The READ writes into `local`: its address is taken from a mutable borrow.
+        read.payload =
+            Payload::Sges(Sgl::One(Sge { addr: local.as_mut_ptr() as u64, length: 64, lkey: 0 }));
+        keys.gate.close(); // deregistered after the request's check, before its result
+        assert_eq!(exec(&read), Executed::LocalFault);
+        assert!(local.iter().all(|&b| b == 0xee), "a closed region was written");
+        let open = OneRegion::new(&local);
+        // SAFETY: as above.
+        assert_eq!(unsafe { g.execute(&read, &open) }, Executed::Done);
+        assert_eq!(local, data);
     }
 }
