@@ -11,7 +11,10 @@
  *     the WRITE lands, then the region deregistered and zeroed; it must stay zero;
  *   - SEND: the receiver's own receive buffer (a program tearing down while a message lands),
  *     zeroed after ibv_dereg_mr; it must stay zero, and the receive fails (IBV_WC_LOC_PROT_ERR);
- *   - READ into a local buffer: the requester's own, zeroed after ibv_dereg_mr; it must stay zero.
+ *   - READ into a local buffer: the requester's own, zeroed after ibv_dereg_mr; it must stay zero;
+ *   - SEND and WRITE from a local buffer: the requester's own source, unmapped after ibv_dereg_mr
+ *     (a byte read later faults); the request fails (IBV_WC_LOC_PROT_ERR) or was all sent, and
+ *     a receive completes successfully only with the whole message.
  * Each request completes successfully (it was all done before the deregistration) or with the
  * error the man pages give for it, and never hangs. Regions on a MAP_SHARED mapping take the copy
  * path (the target's provider copies each segment); private ones may take the direct path. */
@@ -26,9 +29,10 @@
 static const int ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 			  IBV_ACCESS_MW_BIND;
 
-enum op { WRITE, READ, WINDOW, SEND, READ_LOCAL };
+enum op { WRITE, READ, WINDOW, SEND, READ_LOCAL, SEND_FROM, WRITE_FROM };
 static const char *const OP[] = { "WRITE", "READ", "WRITE through a window", "SEND into a receive",
-				  "READ into a local buffer" };
+				  "READ into a local buffer", "SEND from a local buffer",
+				  "WRITE from a local buffer" };
 
 /* Posts a local operation (a bind or an invalidation) on `e` and waits for its completion:
  * success, or (if `may_flush`) flushed because the QP went to the error state meanwhile. */
@@ -72,8 +76,9 @@ static int started(volatile unsigned char *p, size_t at, struct ibv_cq *cq, stru
 /* The requester's status: success, or the error the deregistration gives it. */
 static void check_status(struct ibv_wc wc, enum op op, int round)
 {
-	enum ibv_wc_status cut = op == SEND ? IBV_WC_REM_OP_ERR :
-				 op == READ_LOCAL ? IBV_WC_LOC_PROT_ERR : IBV_WC_REM_ACCESS_ERR;
+	enum ibv_wc_status cut = op == SEND				    ? IBV_WC_REM_OP_ERR :
+				 op == READ_LOCAL || op == SEND_FROM || op == WRITE_FROM ? IBV_WC_LOC_PROT_ERR :
+										   IBV_WC_REM_ACCESS_ERR;
 	CHECK(wc.status == IBV_WC_SUCCESS || wc.status == cut,
 	      "%s round %d: status %d (%s), expected success or %s", OP[op], round, (int)wc.status,
 	      wc.status == (enum ibv_wc_status)-1 ? "none within 10 s" : ibv_wc_status_str(wc.status),
@@ -95,9 +100,11 @@ static int round_trip(int round, int shared, enum op op)
 {
 	struct end a, b;
 	pair(&a, &b, ACCESS, 7);
-	/* `gone` is the region deregistered mid-way: the target's, or the requester's own. */
-	int local_gone = op == READ_LOCAL;
-	unsigned char *local = map(local_gone && shared), *target = map(!local_gone && shared);
+	/* `gone` is the region deregistered mid-way: the target's, or the requester's own. A
+	 * source's target is shared too, so that a WRITE from it takes the ring. */
+	int source_gone = op == SEND_FROM || op == WRITE_FROM;
+	int local_gone = op == READ_LOCAL || source_gone;
+	unsigned char *local = map(local_gone && shared), *target = map((!local_gone || source_gone) && shared);
 	int from_target = op == READ || op == READ_LOCAL;
 	memset(from_target ? target : local, 0xa5, LEN);
 	struct ibv_mr *lmr = ibv_reg_mr(pd, local, LEN, ACCESS);
@@ -114,9 +121,10 @@ static int round_trip(int round, int shared, enum op op)
 		rkey = ibv_inc_rkey(mw->rkey);
 		binds(&b, mw, rkey, tmr, target);
 	}
-	if (op == SEND)
+	int sends = op == SEND || op == SEND_FROM;
+	if (sends)
 		post_recv(b.qp, target, LEN, tmr->lkey, 9);
-	enum ibv_wr_opcode wop = op == SEND ? IBV_WR_SEND : from_target ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+	enum ibv_wr_opcode wop = sends ? IBV_WR_SEND : from_target ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
 	CHECK(post(a.qp, wop, local, LEN, lmr->lkey, (uintptr_t)target, rkey, 1) == 0, "post_send");
 	struct ibv_wc wc;
 	/* The first bytes moved: those of the region (WRITE, SEND) or of the local buffer (READ). */
@@ -134,8 +142,8 @@ static int round_trip(int round, int shared, enum op op)
 	}
 	CHECK(ibv_dereg_mr(*gone_mr) == 0, "dereg_mr (errno %d)", errno);
 	*gone_mr = NULL;
-	if (op == READ)
-		CHECK(munmap(target, LEN) == 0, "munmap"); /* a later read of it faults */
+	if (op == READ || source_gone)
+		CHECK(munmap(gone, LEN) == 0, "munmap"); /* a later read of it faults */
 	else
 		memset(gone, 0, LEN); /* the program reuses the memory */
 	if (in_flight)
@@ -148,7 +156,21 @@ static int round_trip(int round, int shared, enum op op)
 		CHECK((r.status == IBV_WC_SUCCESS) == (wc.status == IBV_WC_SUCCESS),
 		      "SEND round %d: receive status %d, send status %d", round, (int)r.status, (int)wc.status);
 	}
-	if (op != READ) {
+	if (op == SEND_FROM) {
+		/* Cut short, the receive holds a part of the message: it must not complete as if it
+		 * had all of it (it may be flushed, or stay posted until the QP is destroyed). */
+		struct ibv_wc r = wait_wc(b.cq, wc.status == IBV_WC_SUCCESS ? 10000 : 200);
+		if (wc.status == IBV_WC_SUCCESS)
+			CHECK(r.wr_id == 9 && r.status == IBV_WC_SUCCESS, "SEND from round %d: receive status %d",
+			      round, (int)r.status);
+		else
+			CHECK(r.status != IBV_WC_SUCCESS, "SEND from round %d: a cut-short message was received",
+			      round);
+	}
+	if (source_gone && wc.status == IBV_WC_SUCCESS)
+		for (size_t i = 0; i < LEN; i++)
+			CHECK(target[i] == 0xa5, "%s round %d: byte %zu wrong", OP[op], round, i);
+	if (op != READ && !source_gone) {
 		for (size_t i = 0; i < LEN; i++)
 			CHECK(gone[i] == 0, "%s round %d (%s): byte %zu landed after ibv_dereg_mr returned",
 			      OP[op], round, shared ? "shared" : "private", i);
@@ -161,7 +183,8 @@ static int round_trip(int round, int shared, enum op op)
 	CHECK(ibv_destroy_cq(a.cq) == 0 && ibv_destroy_cq(b.cq) == 0, "destroy_cq");
 	CHECK((!lmr || ibv_dereg_mr(lmr) == 0) && (!tmr || ibv_dereg_mr(tmr) == 0), "dereg_mr");
 	CHECK(!mw || ibv_dealloc_mw(mw) == 0, "dealloc_mw");
-	munmap(local, LEN);
+	if (!source_gone)
+		munmap(local, LEN);
 	if (op != READ)
 		munmap(target, LEN);
 	return wc.status != IBV_WC_SUCCESS;
@@ -171,7 +194,7 @@ int main(void)
 {
 	alarm(240);
 	open_first_device();
-	for (enum op op = WRITE; op <= READ_LOCAL; op++)
+	for (enum op op = WRITE; op <= WRITE_FROM; op++)
 		for (int shared = 1; shared >= 0; shared--) {
 			int cut = 0;
 			for (int r = 0; r < ROUNDS; r++)

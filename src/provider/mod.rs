@@ -91,6 +91,25 @@ pub trait MemoryKeys: Send + Sync {
         self.lookup(key, addr, len, need, space).map(drop)
     }
 
+    /// Runs `f` on this process's address of `[addr, addr+len)`, checked as by
+    /// [`MemoryKeys::lookup`], while the region cannot be deregistered: once a deregistration
+    /// returns, no `f` on its region is under way and none starts. `f` is one bounded copy
+    /// (a segment, a packet, a chunk); it must not reach the key table.
+    fn access(
+        &self,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+        space: KeySpace,
+        f: &mut dyn FnMut(u64),
+    ) -> std::result::Result<(), AccessError> {
+        let c = self.lookup(key, addr, len, need, space)?;
+        let Some(_inside) = c.region.enter() else { return Err(AccessError::Protection) };
+        f(c.addr);
+        Ok(())
+    }
+
     /// What the provider made of region `key` of this PD when it was registered (see
     /// [`Provider::share_memory`]), if anything.
     fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {

@@ -598,6 +598,24 @@ impl MemoryKeys for Pd {
         check(reg, self, addr, len, need, space).map(drop)
     }
 
+    /// Under the table's read lock, with no hold taken on the region and no gate entered:
+    /// a registration leaves the table under its write lock before its gate closes, so while
+    /// `f` runs the region stays registered (and `f` is short: one segment or chunk).
+    fn access(
+        &self,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: u32,
+        space: KeySpace,
+        f: &mut dyn FnMut(u64),
+    ) -> std::result::Result<(), AccessError> {
+        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
+        let reg = keys.get(&key).ok_or(AccessError::Protection)?;
+        f(check(reg, self, addr, len, need, space)?);
+        Ok(())
+    }
+
     fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {
         let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
         let reg = keys.get(&key).filter(|r| std::ptr::eq(Arc::as_ptr(&r.pd), self))?;

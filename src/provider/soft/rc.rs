@@ -125,10 +125,13 @@ impl SoftQp {
             }
             if st.pushed == 0 {
                 if let Payload::Sges(sgl) = &w.payload {
-                    if self.check_local(sgl, w.local_access()).is_err() {
-                        let (wr_id, op, seq) = (w.wr_id, w.wc_opcode(), w.seq);
-                        st.sq.pop_front();
-                        self.error_completion(st, wr_id, seq, IBV_WC_LOC_PROT_ERR, op);
+                    // A SEND or WRITE of one entry and one segment is checked as its bytes
+                    // are taken (`take_out`, on the ring or the direct path), before any of it
+                    // is published: a check now would look the key up twice.
+                    let checked_when_taken =
+                        !w.awaits_response() && sgl.len() == 1 && w.len <= SEG_DATA as u64;
+                    if !checked_when_taken && self.check_local(sgl, w.local_access()).is_err() {
+                        self.fail_front(st, IBV_WC_LOC_PROT_ERR);
                         return wrote;
                     }
                 }
@@ -202,10 +205,18 @@ impl SoftQp {
                 };
                 let (hp, data) = ring.slot(ring.head());
                 // SAFETY: the producer owns the free slot at head; SEG_DATA bytes follow the
-                // header; the payload's regions were checked above.
-                unsafe {
+                // header, and n <= SEG_DATA of the payload remain from off.
+                let taken = unsafe {
                     hp.write_volatile(h);
-                    super::sgl_copy::copy_out(&w.payload, off, data, n as usize);
+                    super::sgl_copy::take_out(&*self.keys, &w.payload, off, data, n as usize)
+                };
+                if taken.is_err() {
+                    // Its MR was deregistered since the check: the slot is not published, the
+                    // request fails and the QP with it (a receiver that has the message's
+                    // first segments keeps its receive until the connection ends, as on an
+                    // InfiniBand link whose requester stops mid-message).
+                    self.fail_front(st, IBV_WC_LOC_PROT_ERR);
+                    return wrote;
                 }
                 ring.seal_and_publish();
                 wrote = true;
@@ -222,6 +233,14 @@ impl SoftQp {
             st.inflight.push_back(f);
         }
         wrote
+    }
+
+    /// Fails the front request of the send queue (none of it, or only its first segments,
+    /// pushed) with `status`; the QP goes to ERR.
+    fn fail_front(&self, st: &mut Inner, status: u32) {
+        let w = st.sq.pop_front().expect("front exists");
+        st.pushed = 0;
+        self.error_completion(st, w.wr_id, w.seq, status, w.wc_opcode());
     }
 
     /// The record of a request written to the ring as slots `[start_seq, end_seq)`.

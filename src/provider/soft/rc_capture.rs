@@ -5,7 +5,7 @@
 use super::qp::{Inner, SoftQp};
 use super::rc::Inflight;
 use super::roce::opcode::Transport;
-use super::sgl_copy::{copy_out, gather};
+use super::sgl_copy::{gather, take_out};
 use crate::provider::SendWqe;
 use crate::sys::ibv_wc_opcode::*;
 use crate::sys::ibv_wc_status::*;
@@ -15,9 +15,9 @@ impl SoftQp {
     /// it stands for (`ring_capture`). Its local entries were checked.
     pub(super) fn capture(&self, st: &mut Inner, w: &SendWqe, data_len: u64) -> Option<(u32, u32)> {
         let mut data = vec![0u8; data_len as usize];
-        // SAFETY: `data` holds data_len bytes; the request's payload regions were checked by
-        // push_sends, and data_len is at most its length.
-        unsafe { copy_out(&w.payload, 0, data.as_mut_ptr(), data.len()) };
+        // A region deregistered since the request was pushed leaves zeros in the capture.
+        // SAFETY: `data` holds data_len bytes, at most the payload's length.
+        let _ = unsafe { take_out(&*self.keys, &w.payload, 0, data.as_mut_ptr(), data.len()) };
         let t = if self.uc { Transport::Uc } else { Transport::Rc };
         let a = &st.attr;
         let (sgid, dgid, dest) = (a.sgid, a.dgid, a.dest_qp_num);
@@ -49,15 +49,14 @@ impl SoftQp {
             Some(_) => return, // a local error, a flush or retries run out: no response
             None => match (f.wc_opcode, &f.local) {
                 (IBV_WC_RDMA_READ, Some(sgl)) => {
+                    // The response has just been copied into the READ's buffers (zeros in the
+                    // capture where one was deregistered since).
                     data.resize(f.len as usize, 0);
-                    // SAFETY: the READ's local entries were checked for local write when it was
-                    // posted, and its response has just been copied into them.
-                    unsafe { gather(sgl, &mut data) };
+                    let _ = gather(&*self.keys, sgl, &mut data);
                     Response::Read(&data)
                 }
                 (IBV_WC_COMP_SWAP | IBV_WC_FETCH_ADD, Some(sgl)) => {
-                    // SAFETY: as for READ: the original value was written there.
-                    unsafe { gather(sgl, &mut value) };
+                    let _ = gather(&*self.keys, sgl, &mut value); // the original value
                     Response::Atomic(u64::from_ne_bytes(value))
                 }
                 _ => Response::Ack,

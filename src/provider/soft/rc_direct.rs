@@ -15,14 +15,12 @@ use std::sync::Arc;
 impl SoftQp {
     /// Executes the front request on the peer's memory itself, if the peer granted the region
     /// and its QP allows the access (see `direct`), and completes it. `false`: the copy path.
-    /// Called only with nothing of ours outstanding, after the request's local check.
+    /// Called only with nothing of ours outstanding.
     pub(super) fn try_direct(&self, st: &mut Inner, link: &Link) -> bool {
         let Some(g) = self.direct_grant(st, link) else { return false };
         let Some(w) = st.sq.front() else { return false };
         let data_len = if w.awaits_response() { 0 } else { w.len };
-        // SAFETY: the front request's local entries were checked (local write for READ and
-        // atomics) by push_sends before this call, with nothing of it pushed yet.
-        let executed = unsafe { g.execute(w, &*self.keys) };
+        let executed = g.execute(w, &*self.keys);
         if executed == Executed::Declined {
             return false;
         }

@@ -1,29 +1,79 @@
 //! Moving a message's bytes between the rings (or a peer's mapping) and scatter/gather lists:
 //! a send's payload out, a receive's or a READ's data in, piece by piece across the SGEs.
+//! Every piece is looked up again and copied while its region cannot be deregistered
+//! (`MemoryKeys::access`): a request's entries are checked before it starts, but another
+//! thread may deregister (and unmap) a region before its bytes move, and then they do not.
 
 use crate::provider::{AccessError, KeySpace, MemoryKeys, Payload, Sgl, ACCESS_LOCAL_WRITE};
+use std::sync::atomic::{fence, Ordering};
 
-/// Copies `n` bytes of a send's payload, starting at message offset `off`, to `dst`.
+/// Copies `n` bytes of a send's payload, starting at message offset `off`, to `dst`, where the
+/// SGEs were checked earlier (when the request reached the front of the send queue): each piece
+/// is looked up again in `keys` and read while it stays registered, so a region deregistered
+/// (and perhaps unmapped) since the check is not read, and the caller fails the request with a
+/// protection error. Inline data was copied when posted: it is always there.
 ///
 /// # Safety
-/// `dst` is valid for `n` bytes; SGE ranges were checked against registered regions.
-pub(super) unsafe fn copy_out(p: &Payload, off: u64, dst: *mut u8, n: usize) {
+/// `dst` is valid for `n` bytes; `off + n` is at most the payload's length.
+pub(super) unsafe fn take_out(
+    keys: &dyn MemoryKeys,
+    p: &Payload,
+    off: u64,
+    dst: *mut u8,
+    n: usize,
+) -> Result<(), AccessError> {
+    let sgl = match p {
+        Payload::Sges(sgl) => sgl,
+        Payload::Inline(d) => {
+            let v = &d.as_slice()[off as usize..off as usize + n];
+            // SAFETY: dst is valid for n bytes, v holds n.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, n) };
+            return Ok(());
+        }
+    };
+    walk_registered(keys, sgl, off, n, 0, |local, at, len| {
+        // SAFETY: [local, local + len) lies in a region that stays registered while the walk
+        // hands it to us; dst holds at + len bytes.
+        unsafe { std::ptr::copy_nonoverlapping(local as *const u8, dst.add(at), len) }
+    })
+}
+
+/// [`take_out`] of a whole payload of `n > 0` bytes to `dst`, its last byte written last (after
+/// a release fence): a reader polling that byte sees the rest once it changes.
+///
+/// # Safety
+/// `dst` is valid for `n` bytes; `n` is the payload's length.
+pub(super) unsafe fn take_out_last_byte_last(
+    keys: &dyn MemoryKeys,
+    p: &Payload,
+    dst: *mut u8,
+    n: usize,
+) -> Result<(), AccessError> {
+    // SAFETY: (both copies) dst + at holds len bytes; the source piece is in a region that
+    // stays registered while the walk hands it to us (or is inline data).
+    let copy = |src: *const u8, at: usize, len: usize| unsafe {
+        if at + len == n {
+            std::ptr::copy_nonoverlapping(src, dst.add(at), len - 1);
+            fence(Ordering::Release);
+            std::ptr::copy_nonoverlapping(src.add(len - 1), dst.add(at + len - 1), 1);
+        } else {
+            std::ptr::copy_nonoverlapping(src, dst.add(at), len);
+        }
+    };
     match p {
         Payload::Inline(d) => {
-            let v = d.as_slice();
-            // SAFETY: off + n <= v.len() (the message length); dst valid per contract.
-            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(off as usize), dst, n) }
+            copy(d.as_slice().as_ptr(), 0, n);
+            Ok(())
         }
-        Payload::Sges(sgl) => walk(sgl, off, n, |_, addr, at, len| {
-            // SAFETY: the piece lies in a checked registered region; dst has n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), len) }
-        }),
+        Payload::Sges(sgl) => {
+            walk_registered(keys, sgl, 0, n, 0, |local, at, len| copy(local as *const u8, at, len))
+        }
     }
 }
 
 /// Copies `n` bytes from `src` into a scatter list at message offset `off`, where the SGEs were
 /// checked earlier (when the request was posted, or at a message's first segment). Each piece
-/// is looked up again in `keys` (local write) and written inside its region's gate: a region
+/// is looked up again in `keys` (local write) and written while it stays registered: a region
 /// deregistered since the check (a program tearing down while a message lands) is not written,
 /// and the caller fails the request with a protection error, as hardware would.
 ///
@@ -36,33 +86,51 @@ pub(super) unsafe fn place_in(
     src: *const u8,
     n: usize,
 ) -> Result<(), AccessError> {
-    let mut r = Ok(());
-    walk(sgl, off, n, |lkey, addr, at, len| {
-        if r.is_err() {
-            return;
-        }
-        let c = match keys.lookup(lkey, addr, len, ACCESS_LOCAL_WRITE, KeySpace::Local) {
-            Ok(c) => c,
-            Err(e) => return r = Err(e),
-        };
-        let Some(_inside) = c.region.enter() else { return r = Err(AccessError::Protection) };
-        // SAFETY: [addr, addr + len) lies in a region with local write (looked up just now),
-        // registered until we leave its gate; src holds at + len bytes.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(at), c.addr as *mut u8, len) }
-    });
-    r
+    walk_registered(keys, sgl, off, n, ACCESS_LOCAL_WRITE, |local, at, len| {
+        // SAFETY: [local, local + len) lies in a region with local write (looked up just now),
+        // that stays registered while the walk hands it to us; src holds at + len bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(at), local as *mut u8, len) }
+    })
 }
 
-/// Copies the first `out.len()` bytes a scatter list describes into `out`.
-///
-/// # Safety
-/// The SGEs lie within registered regions (checked when posted).
-pub(super) unsafe fn gather(sgl: &Sgl, out: &mut [u8]) {
+/// Copies the first `out.len()` bytes a scatter list describes into `out`, each piece read
+/// while its region stays registered (see [`take_out`]).
+pub(super) fn gather(keys: &dyn MemoryKeys, sgl: &Sgl, out: &mut [u8]) -> Result<(), AccessError> {
     let dst = out.as_mut_ptr();
-    walk(sgl, 0, out.len(), |_, addr, at, len| {
-        // SAFETY: the piece lies in a checked region; `out` has room for `at + len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), len) }
+    walk_registered(keys, sgl, 0, out.len(), 0, |local, at, len| {
+        // SAFETY: the piece lies in a region that stays registered while the walk hands it to
+        // us; `out` has room for `at + len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(local as *const u8, dst.add(at), len) }
     })
+}
+
+/// The most a copy moves under one access (`MemoryKeys::access`): a deregistration waits
+/// for at most this much.
+const CHUNK: usize = 64 << 10;
+
+/// [`walk`], each piece looked up again in `keys` (local space, rights `need`) and handed to
+/// `f` as its local address, in chunks of at most [`CHUNK`] bytes, while its region cannot be
+/// deregistered; stops at the first piece refused or whose region was deregistered since.
+fn walk_registered(
+    keys: &dyn MemoryKeys,
+    sgl: &Sgl,
+    off: u64,
+    n: usize,
+    need: u32,
+    mut f: impl FnMut(u64, usize, usize),
+) -> Result<(), AccessError> {
+    let mut r = Ok(());
+    walk(sgl, off, n, |lkey, addr, at, len| {
+        let mut done = 0;
+        while r.is_ok() && done < len {
+            let l = (len - done).min(CHUNK);
+            let (piece, piece_at) = (addr + done as u64, at + done);
+            r = keys
+                .access(lkey, piece, l, need, KeySpace::Local, &mut |local| f(local, piece_at, l));
+            done += l;
+        }
+    });
+    r
 }
 
 /// Walks bytes `[off, off+n)` of the message a scatter/gather list describes: `f(lkey, address,

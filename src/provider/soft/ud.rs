@@ -4,11 +4,11 @@
 
 use super::datagram::{self, UdHdr, HDR_LEN, MCAST_QPN, UD_IMM, UD_MTU, UD_SOLICITED};
 use super::qp::{Inner, SoftQp};
-use super::sgl_copy::place_in;
+use super::sgl_copy::{place_in, take_out};
 use super::ud_backlog::{Held, DROPPED_FULL, GRACE};
 use crate::errno::{Errno, Result};
 use crate::provider::{
-    AccessError, Completion, Payload, QpState, SendWqe, Sgl, ACCESS_LOCAL_WRITE, GRH_LEN,
+    AccessError, Completion, QpState, SendWqe, Sgl, ACCESS_LOCAL_WRITE, GRH_LEN,
 };
 use crate::runtime::access;
 use crate::runtime::engine::{engine, on_progress_thread};
@@ -53,27 +53,13 @@ impl SoftQp {
         let ud = w.ud.as_ref().ok_or(Errno::EINVAL)?;
         let mut buf = [0u8; UD_MTU];
         let n = w.len as usize;
-        match &w.payload {
-            Payload::Inline(d) => buf[..n].copy_from_slice(d.as_slice()),
-            Payload::Sges(sgl) => {
-                if self.check_local(sgl, 0).is_err() {
-                    self.error_completion(st, w.wr_id, w.seq, IBV_WC_LOC_PROT_ERR, IBV_WC_SEND);
-                    return Ok(());
-                }
-                let mut off = 0;
-                for s in sgl.as_slice() {
-                    // SAFETY: the entry lies in a registered region (checked above); the total
-                    // is at most UD_MTU (checked above), so it fits in buf.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            s.addr as *const u8,
-                            buf.as_mut_ptr().add(off),
-                            s.length as usize,
-                        )
-                    };
-                    off += s.length as usize;
-                }
-            }
+        // Each entry is looked up and read while it stays registered (a whole-message check:
+        // the entries together hold exactly `n` bytes), so a region another thread deregisters
+        // meanwhile is not read.
+        // SAFETY: n <= UD_MTU (check_ud), so buf holds it; n is the payload's length.
+        if unsafe { take_out(&*self.keys, &w.payload, 0, buf.as_mut_ptr(), n) }.is_err() {
+            self.error_completion(st, w.wr_id, w.seq, IBV_WC_LOC_PROT_ERR, IBV_WC_SEND);
+            return Ok(());
         }
         // A qkey with the high bit set means "use the QP's own qkey" (IBA 10.2.5).
         let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { st.attr.qkey } else { ud.remote_qkey };
@@ -345,8 +331,9 @@ impl SoftQp {
 }
 
 impl SoftQp {
-    /// Writes a datagram (GRH area, then payload) into a receive's buffers, each piece inside
-    /// its region's gate: a region deregistered since the receive was checked is left alone.
+    /// Writes a datagram (GRH area, then payload) into a receive's buffers, each piece while
+    /// its region stays registered: one deregistered since the receive was checked is left
+    /// alone.
     fn place_datagram(
         &self,
         sges: &Sgl,

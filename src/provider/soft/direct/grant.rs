@@ -6,7 +6,7 @@
 //! `[addr - base, addr - base + n)` of its own mapping after checking that it lies inside, so a
 //! lying target can only mislead its own requests.
 
-use super::super::sgl_copy::place_in;
+use super::super::sgl_copy::{place_in, take_out_last_byte_last};
 use super::share::{page_size, SharedMem, VALID};
 use crate::provider::{
     AccessError, MemoryKeys, Payload, SendWqe, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
@@ -16,7 +16,7 @@ use crate::runtime::shm::Shm;
 use crate::runtime::unix::Pod;
 use crate::sys::*;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ibv_wr_opcode::*;
 
@@ -147,27 +147,18 @@ impl Granted {
     /// Executes `w` (an RDMA WRITE without immediate, a READ or an atomic) on the mapping.
     /// [`Executed::Declined`], having touched nothing, if it does not lie wholly inside the
     /// grant with the rights it needs (the copy path then lets the target decide, NAK
-    /// included). A READ's or atomic's result is placed in our buffers through `keys`, inside
-    /// their regions' gates: [`Executed::LocalFault`] if one was deregistered since the check.
-    ///
-    /// # Safety
-    /// `w`'s local scatter/gather entries were checked against our registered regions (read
-    /// for WRITE, local write for READ and atomics).
-    pub unsafe fn execute(&self, w: &SendWqe, keys: &dyn MemoryKeys) -> Executed {
+    /// included). Our buffers (a WRITE's source, a READ's or atomic's destination) are reached
+    /// through `keys` while they stay registered: [`Executed::LocalFault`] if one is not (a bad
+    /// key, or deregistered since the request was posted).
+    pub fn execute(&self, w: &SendWqe, keys: &dyn MemoryKeys) -> Executed {
         let Some((p, n)) = self.target(w) else { return Executed::Declined };
-        match (&w.payload, w.opcode) {
+        let placed = match (&w.payload, w.opcode) {
             // SAFETY: p has n bytes inside our mapping (checked by `at`); the payload has n
-            // bytes per the contract. The last byte goes last, as the copy path does it: a
-            // target polling the last byte sees the whole message.
-            (p_in, IBV_WR_RDMA_WRITE) => unsafe {
-                super::super::sgl_copy::copy_out(p_in, 0, p, n - 1);
-                fence(Ordering::Release);
-                super::super::sgl_copy::copy_out(p_in, (n - 1) as u64, p.add(n - 1), 1);
-            },
-            (Payload::Sges(sgl), IBV_WR_RDMA_READ) => {
-                // SAFETY: p has n readable bytes in our mapping.
-                return Executed::from(unsafe { place_in(keys, sgl, 0, p, n) });
-            }
+            // bytes. The last byte goes last, as the copy path does it: a target polling the
+            // last byte sees the whole message.
+            (p_in, IBV_WR_RDMA_WRITE) => unsafe { take_out_last_byte_last(keys, p_in, p, n) },
+            // SAFETY: p has n readable bytes in our mapping.
+            (Payload::Sges(sgl), IBV_WR_RDMA_READ) => unsafe { place_in(keys, sgl, 0, p, n) },
             (Payload::Sges(sgl), _) => {
                 // SAFETY: p is 8-aligned (base is page-aligned, remote_addr 8-aligned) with 8
                 // bytes in a shared mapping the target's CPU also reaches atomically.
@@ -184,13 +175,11 @@ impl Granted {
                     cell.fetch_add(w.compare_add, Ordering::SeqCst)
                 };
                 // SAFETY: the source is the 8 bytes of `old`.
-                return Executed::from(unsafe {
-                    place_in(keys, sgl, 0, (&old as *const u64).cast(), 8)
-                });
+                unsafe { place_in(keys, sgl, 0, (&old as *const u64).cast(), 8) }
             }
             _ => return Executed::Declined, // READ or atomic with inline data: not valid
-        }
-        Executed::Done
+        };
+        Executed::from(placed)
     }
 }
 
@@ -241,20 +230,21 @@ mod tests {
         Granted::map(&m, fd)
     }
 
-    /// Our one registered region, `buf` under key 0 with every right, and its gate.
-    struct OneRegion {
-        base: u64,
-        len: usize,
+    /// Our registered regions, the buffers given, all under key 0 with every right, sharing
+    /// one gate.
+    struct Regions {
+        ranges: Vec<(u64, usize)>,
         gate: crate::provider::Region,
     }
 
-    impl OneRegion {
-        fn new(buf: &[u8]) -> OneRegion {
-            OneRegion { base: buf.as_ptr() as u64, len: buf.len(), gate: Default::default() }
+    impl Regions {
+        fn new(bufs: &[&[u8]]) -> Regions {
+            let ranges = bufs.iter().map(|b| (b.as_ptr() as u64, b.len())).collect();
+            Regions { ranges, gate: Default::default() }
         }
     }
 
-    impl MemoryKeys for OneRegion {
+    impl MemoryKeys for Regions {
         fn lookup(
             &self,
             key: u32,
@@ -263,8 +253,8 @@ mod tests {
             _need: u32,
             _space: crate::provider::KeySpace,
         ) -> Result<crate::provider::Checked, AccessError> {
-            let inside = addr >= self.base
-                && addr.checked_add(len as u64).is_some_and(|e| e <= self.base + self.len as u64);
+            let end = addr.checked_add(len as u64).ok_or(AccessError::Protection)?;
+            let inside = self.ranges.iter().any(|&(b, l)| addr >= b && end <= b + l as u64);
             if key != 0 || !inside {
                 return Err(AccessError::Protection);
             }
@@ -311,13 +301,8 @@ mod tests {
         let page = page_size() as u64;
         let g = granted(2, 0x10000, 2 * page, ACCESS_REMOTE_WRITE).unwrap();
         let data = [7u8; 16];
-        // The local entry of every request is our own live buffer (execute's contract).
-        let keys = OneRegion::new(&[]);
-        let run = |w: &SendWqe| {
-            // SAFETY: see above.
-            let e = unsafe { g.execute(w, &keys) };
-            e == Executed::Done
-        };
+        let keys = Regions::new(&[&data]);
+        let run = |w: &SendWqe| g.execute(w, &keys) == Executed::Done;
         assert!(run(&write(0x10000 + 2 * page - 16, &data)));
         assert!(!run(&write(0x10000 + 2 * page - 15, &data)), "runs past the end");
         assert!(!run(&write(0x10000 - 1, &data)), "starts before");
@@ -331,26 +316,36 @@ mod tests {
     }
 
     #[test]
-    fn a_read_result_is_not_placed_in_a_region_deregistered_since_its_check() {
+    fn our_buffers_deregistered_since_the_check_are_not_touched() {
         let page = page_size() as u64;
         let g = granted(1, 0x10000, page, ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ).unwrap();
         let data: Vec<u8> = (0..64u8).collect();
         let mut local = vec![0xeeu8; 64];
-        let keys = OneRegion::new(&local);
-        // SAFETY: the WRITE's local entry is `data`, live; the READ's is `local`, live.
-        let exec = |w: &SendWqe| unsafe { g.execute(w, &keys) };
+        let keys = Regions::new(&[&data, &local]);
+        let exec = |w: &SendWqe| g.execute(w, &keys);
         assert_eq!(exec(&write(0x10000, &data)), Executed::Done);
-        let mut read = write(0x10000, &local);
-        read.opcode = IBV_WR_RDMA_READ;
-        // The READ writes into `local`: its address is taken from a mutable borrow.
-        read.payload =
-            Payload::Sges(Sgl::One(Sge { addr: local.as_mut_ptr() as u64, length: 64, lkey: 0 }));
-        keys.gate.close(); // deregistered after the request's check, before its result
+        // A READ of `at` into `local` (its address taken from a mutable borrow).
+        let mut read_into_local = |at: u64| {
+            let mut r = write(at, &[]);
+            r.opcode = IBV_WR_RDMA_READ;
+            r.len = 64;
+            let sge = Sge { addr: local.as_mut_ptr() as u64, length: 64, lkey: 0 };
+            r.payload = Payload::Sges(Sgl::One(sge));
+            r
+        };
+        let read = read_into_local(0x10000);
+        let read_later = read_into_local(0x10000 + 128);
+
+        keys.gate.close(); // deregistered after the requests' checks, before they run
         assert_eq!(exec(&read), Executed::LocalFault);
         assert!(local.iter().all(|&b| b == 0xee), "a closed region was written");
-        let open = OneRegion::new(&local);
-        // SAFETY: as above.
-        assert_eq!(unsafe { g.execute(&read, &open) }, Executed::Done);
+        assert_eq!(exec(&write(0x10000 + 128, &data)), Executed::LocalFault);
+
+        let open = Regions::new(&[&local]);
+        let exec = |w: &SendWqe| g.execute(w, &open);
+        assert_eq!(exec(&read_later), Executed::Done);
+        assert!(local.iter().all(|&b| b == 0), "a closed region was read");
+        assert_eq!(exec(&read), Executed::Done);
         assert_eq!(local, data);
     }
 }
