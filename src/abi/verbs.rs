@@ -19,7 +19,7 @@ use crate::verbs::mw::Mw;
 use crate::verbs::objects;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp::Qp;
-use crate::verbs::send_wr::{read_send_wr, read_sgl};
+use crate::verbs::send_wr::{post_send_wr, read_sgl};
 use crate::verbs::srq::Srq;
 use crate::verbs::ud;
 use libc::{c_char, c_int, c_uint, c_void};
@@ -419,7 +419,7 @@ entry! {
             // SAFETY: cur walks the caller's NULL-terminated list of valid work requests.
             let w = unsafe { &*cur };
             // SAFETY: w's SGEs and inline buffers are valid per the verbs contract.
-            let r = unsafe { read_send_wr(&q, w) }.and_then(|f| q.post_send(f.wqe, f.num_sge, f.local));
+            let r = unsafe { post_send_wr(&q, w) };
             if let Err(e) = r {
                 // SAFETY: bad_wr is NULL or a valid out-pointer.
                 if let Some(b) = unsafe { bad_wr.as_mut() } {

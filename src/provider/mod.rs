@@ -262,8 +262,8 @@ pub trait TransportQp: Send + Sync {
     fn state(&self) -> QpState;
     /// Applies a state change under the QP's lock: `decide` gets the current state.
     fn modify(&self, decide: ModifyFn<'_>) -> Result<()>;
-    /// Queues (or, in ERR, flushes) a request that `admit` accepts.
-    fn post_send(&self, wqe: SendWqe, admit: AdmitFn<'_>) -> Result<()>;
+    /// Queues (or, in ERR, flushes) a request that `admit` accepts, taking it from `wqe`.
+    fn post_send(&self, wqe: &mut SendWqe, admit: AdmitFn<'_>) -> Result<()>;
     fn post_recv(&self, wqe: RecvWqe) -> Result<()>;
     /// One pass of the data path; returns whether anything moved.
     fn progress(&self) -> bool;

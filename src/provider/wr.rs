@@ -158,6 +158,36 @@ pub struct SendWqe {
     pub local_status: u32,
 }
 
+impl SendWqe {
+    /// A request with no data and nothing to complete (what [`SendWqe::take`] leaves).
+    pub fn empty() -> SendWqe {
+        SendWqe {
+            wr_id: 0,
+            opcode: 0,
+            signaled: false,
+            solicited: false,
+            imm: None,
+            payload: Payload::Sges(Sgl::empty()),
+            len: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+            xrc_srqn: 0,
+            seq: 0,
+            local_status: 0,
+        }
+    }
+
+    /// Moves the request out, leaving an empty one: a request is built once and taken where
+    /// it is queued, not copied on the way (it holds up to `INLINE_SMALL` bytes of inline
+    /// data).
+    pub fn take(&mut self) -> SendWqe {
+        std::mem::replace(self, SendWqe::empty())
+    }
+}
+
 /// A work completion as the provider produces it (status, opcode and flags are the
 /// `ibv_wc_status`, `ibv_wc_opcode` and `ibv_wc_flags` values); verbs turns it into an `ibv_wc`.
 #[derive(Clone, Copy, Debug, Default)]

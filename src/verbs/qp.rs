@@ -455,7 +455,7 @@ impl Qp {
     /// Validates and queues one send request.
     pub fn post_send(
         &self,
-        mut w: SendWqe,
+        w: &mut SendWqe,
         num_sge: usize,
         local: Option<super::mw::LocalOp>,
     ) -> Result<()> {

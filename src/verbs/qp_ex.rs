@@ -324,9 +324,8 @@ impl QpEx {
                 return Err(Errno::ENOMEM);
             }
         }
-        for b in p.wrs {
-            let f = b.finish(&qp)?;
-            qp.post_send(f.wqe, f.num_sge, f.local)?;
+        for mut b in p.wrs {
+            b.post(&qp)?;
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! The one builder of send requests. `ibv_post_send` (through [`read_send_wr`]) and the
+//! The one builder of send requests. `ibv_post_send` (through [`post_send_wr`]) and the
 //! `ibv_wr_*` posting API (`qp_ex.rs`) both make their [`SendWqe`] here, so a request is read,
 //! copied (inline data) and checked the same way whichever API posted it.
 
@@ -27,7 +27,7 @@ pub struct Op {
 }
 
 /// A window bind as given (`wr.bind_mw`, `ibv_wr_bind_mw` or `ibv_bind_mw`), checked by
-/// `mw::check_bind` against the QP when the request is finished.
+/// `mw::check_bind` against the QP when the request is posted.
 #[derive(Clone, Copy)]
 pub struct BindArgs {
     /// The window's address (a registry key, dereferenced only after a lookup).
@@ -91,7 +91,7 @@ fn one_way(opcode: u32) -> bool {
 }
 
 /// A send request being built: operation, then data (SGEs or inline), then (UD) destination;
-/// [`SendWr::check`] validates its shape and [`SendWr::finish`] yields the request.
+/// [`SendWr::check`] validates its shape and [`SendWr::post`] posts it.
 pub struct SendWr {
     wqe: SendWqe,
     /// Number of SGEs given (counted against `max_send_sge`; 0 for `wr_set_inline_data`).
@@ -100,20 +100,12 @@ pub struct SendWr {
     inline_flag: bool,
     /// A UD destination was given (it may still have been refused).
     has_ud: bool,
-    /// The UD destination (address handle, remote QPN and qkey), resolved by `finish`.
+    /// The UD destination (address handle, remote QPN and qkey), resolved by `post`.
     ud: Option<(Arc<Ah>, u32, u32)>,
     /// The data given cannot be posted (a NULL inline buffer, inline data for a READ, …).
     refused: bool,
     /// `IBV_WR_BIND_MW`: the bind given.
     bind: Option<BindArgs>,
-}
-
-/// A finished request: what the provider queues, its SGE count, and the local operation
-/// (bind, invalidate) verbs executes when it is admitted.
-pub struct Finished {
-    pub wqe: SendWqe,
-    pub num_sge: usize,
-    pub local: Option<LocalOp>,
 }
 
 impl SendWr {
@@ -274,10 +266,11 @@ impl SendWr {
         Ok(())
     }
 
-    /// The request, its SGE count and local operation, for `Qp::post_send` (`EINVAL` for a
-    /// bind whose window or MR went since `check`). An RC QP ignores a UD destination, as it
-    /// ignores `wr.ud`.
-    pub fn finish(mut self, qp: &Qp) -> Result<Finished> {
+    /// Posts the request (checked by [`SendWr::check`]) through `Qp::post_send`, which takes
+    /// it from the builder where it was built: a request is large (its inline data), and is
+    /// not copied on the way. `EINVAL` for a bind whose window or MR went since `check`. An RC
+    /// QP ignores a UD destination, as it ignores `wr.ud`.
+    pub fn post(&mut self, qp: &Qp) -> Result<()> {
         if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
             if let Some((ah, qpn, qkey)) = &self.ud {
                 self.wqe.ud = Some(super::ud::resolve(ah, *qpn, *qkey));
@@ -295,7 +288,7 @@ impl SendWr {
             }
             _ => None,
         };
-        Ok(Finished { wqe: self.wqe, num_sge: self.num_sge, local })
+        qp.post_send(&mut self.wqe, self.num_sge, local)
     }
 }
 
@@ -337,11 +330,11 @@ pub fn sgl_of(s: &[ibv_sge], writes: bool) -> Sgl {
     }
 }
 
-/// Builds the request an `ibv_send_wr` describes for `qp` and checks it.
+/// Builds the request an `ibv_send_wr` describes for `qp`, checks it and posts it.
 ///
 /// # Safety
 /// `wr` is a valid work request; its SGE array and, for inline sends, the buffers are readable.
-pub unsafe fn read_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<Finished> {
+pub unsafe fn post_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<()> {
     // SAFETY: for the *_WITH_IMM opcodes the union holds imm_data (read only for them).
     let imm_data = unsafe { wr.imm_data_invalidated_rkey_union.imm_data };
     let op = match wr.opcode {
@@ -396,20 +389,19 @@ pub unsafe fn read_send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<Finished> {
         b.set_xrc_srqn(unsafe { wr.qp_type.xrc.remote_srqn });
     }
     b.check(qp)?;
-    b.finish(qp)
+    b.post(qp)
 }
 
 /// `ibv_bind_mw`: a type 1 window's bind through `qp`'s send queue, as a BIND_MW request.
 pub fn bind_type1(qp: &Qp, mw: *mut ibv_mw, bind: &ibv_mw_bind) -> Result<()> {
     let args = BindArgs::new(mw, None, &bind.bind_info);
-    let b = SendWr::new(
+    let mut b = SendWr::new(
         bind.wr_id,
         bind.send_flags,
         Op { bind: Some(args), ..Op::new(IBV_WR_BIND_MW) },
     )?;
     b.check(qp)?;
-    let f = b.finish(qp)?;
-    qp.post_send(f.wqe, f.num_sge, f.local)
+    b.post(qp)
 }
 
 #[cfg(test)]

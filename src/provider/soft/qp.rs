@@ -398,9 +398,9 @@ impl TransportQp for SoftQp {
         Ok(())
     }
 
-    fn post_send(&self, mut w: SendWqe, admit: AdmitFn<'_>) -> Result<()> {
+    fn post_send(&self, w: &mut SendWqe, admit: AdmitFn<'_>) -> Result<()> {
         if self.ud {
-            Self::check_ud(&w)?;
+            Self::check_ud(w)?;
         }
         let mut st = lock(&self.st);
         w.seq = admit(st.state)?;
@@ -410,13 +410,13 @@ impl TransportQp for SoftQp {
             return Ok(());
         }
         if self.ud {
-            return self.post_send_ud(&mut st, w);
+            return self.post_send_ud(&mut st, w.take());
         }
         if st.net.is_some() {
-            self.post_send_net(&mut st, w);
+            self.post_send_net(&mut st, w.take());
             return Ok(());
         }
-        st.sq.push_back(w);
+        st.sq.push_back(w.take());
         if self.push_sends(&mut st) {
             if let Some(l) = &st.link {
                 l.notify_peer();

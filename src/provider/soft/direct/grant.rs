@@ -265,21 +265,13 @@ mod tests {
     fn write(addr: u64, buf: &[u8]) -> SendWqe {
         let sge = Sge { addr: buf.as_ptr() as u64, length: buf.len() as u32, lkey: 0 };
         SendWqe {
-            wr_id: 0,
             opcode: IBV_WR_RDMA_WRITE,
             signaled: true,
-            solicited: false,
-            imm: None,
             payload: Payload::Sges(Sgl::One(sge)),
             len: buf.len() as u64,
             remote_addr: addr,
             rkey: 1,
-            compare_add: 0,
-            swap: 0,
-            ud: None,
-            xrc_srqn: 0,
-            seq: 0,
-            local_status: 0,
+            ..SendWqe::empty()
         }
     }
 
