@@ -211,10 +211,11 @@ impl SoftQp {
                     super::sgl_copy::take_out(&*self.keys, &w.payload, off, data, n as usize)
                 };
                 if taken.is_err() {
-                    // Its MR was deregistered since the check: the slot is not published, the
-                    // request fails and the QP with it (a receiver that has the message's
-                    // first segments keeps its receive until the connection ends, as on an
-                    // InfiniBand link whose requester stops mid-message).
+                    // Its MR is not registered (a bad key, or deregistered since the request
+                    // started): the slot is not published, the request fails and the QP with
+                    // it (a receiver that has the message's first segments keeps its receive
+                    // until the connection ends, as on an InfiniBand link whose requester
+                    // stops mid-message).
                     self.fail_front(st, IBV_WC_LOC_PROT_ERR);
                     return wrote;
                 }

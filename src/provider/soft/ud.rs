@@ -328,9 +328,7 @@ impl SoftQp {
         self.recv_cq.push(wc);
         true
     }
-}
 
-impl SoftQp {
     /// Writes a datagram (GRH area, then payload) into a receive's buffers, each piece while
     /// its region stays registered: one deregistered since the receive was checked is left
     /// alone.
