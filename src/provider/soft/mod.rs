@@ -39,6 +39,8 @@ mod ring_capture;
 pub mod roce;
 pub mod segcheck;
 mod sgl_copy;
+#[cfg(test)]
+mod test_keys;
 pub mod transport;
 mod ud;
 mod ud_backlog;

@@ -157,49 +157,19 @@ fn walk(sgl: &Sgl, off: u64, n: usize, mut f: impl FnMut(u32, u64, usize, usize)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{Checked, InlineData, Region, Sge};
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-    /// One region, `[base, base+len)` under key 1, that records the longest range looked up.
-    struct One {
-        base: u64,
-        len: usize,
-        gate: Region,
-        longest: AtomicUsize,
-    }
-
-    impl MemoryKeys for One {
-        fn lookup(
-            &self,
-            key: u32,
-            addr: u64,
-            len: usize,
-            _need: u32,
-            _space: KeySpace,
-        ) -> Result<Checked, AccessError> {
-            self.longest.fetch_max(len, Relaxed);
-            let end = addr.checked_add(len as u64).ok_or(AccessError::Protection)?;
-            if key != 1 || addr < self.base || end > self.base + self.len as u64 {
-                return Err(AccessError::Protection);
-            }
-            Ok(Checked { region: self.gate.clone(), addr })
-        }
-    }
-
-    fn one(buf: &[u8]) -> One {
-        let base = buf.as_ptr() as u64;
-        One { base, len: buf.len(), gate: Region::default(), longest: Default::default() }
-    }
+    use crate::provider::soft::test_keys::Regions;
+    use crate::provider::{InlineData, Sge};
+    use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn a_long_piece_is_copied_in_bounded_chunks_each_checked() {
         let src: Vec<u8> = (0..150_000u32).map(|i| (i * 7) as u8).collect();
-        let keys = one(&src);
+        let keys = Regions::new(&[&src]);
         // Two entries: the first 70,000 bytes, then the rest.
         let sge = |from: usize, to: usize| Sge {
             addr: src.as_ptr() as u64 + from as u64,
             length: (to - from) as u32,
-            lkey: 1,
+            lkey: 0,
         };
         let p = Payload::Sges(Sgl::Many(vec![sge(0, 70_000), sge(70_000, src.len())]));
         let mut dst = vec![0u8; src.len()];
@@ -217,8 +187,8 @@ mod tests {
     #[test]
     fn a_closed_region_is_neither_read_nor_written() {
         let mut buf = vec![5u8; 64];
-        let keys = one(&buf);
-        let sgl = Sgl::One(Sge { addr: buf.as_mut_ptr() as u64, length: 64, lkey: 1 });
+        let keys = Regions::new(&[&buf]);
+        let sgl = Sgl::One(Sge { addr: buf.as_mut_ptr() as u64, length: 64, lkey: 0 });
         keys.gate.close();
         let mut out = [0u8; 64];
         // SAFETY: out holds 64 bytes; the source holds 64.

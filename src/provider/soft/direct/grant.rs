@@ -207,6 +207,7 @@ impl From<Result<(), AccessError>> for Executed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::soft::test_keys::Regions;
     use crate::provider::{Sge, Sgl};
 
     #[test]
@@ -228,38 +229,6 @@ mod tests {
         };
         let m = GrantMsg { magic: 0, kind: GRANT, rkey: 1, access, base, len };
         Granted::map(&m, fd)
-    }
-
-    /// Our registered regions, the buffers given, all under key 0 with every right, sharing
-    /// one gate.
-    struct Regions {
-        ranges: Vec<(u64, usize)>,
-        gate: crate::provider::Region,
-    }
-
-    impl Regions {
-        fn new(bufs: &[&[u8]]) -> Regions {
-            let ranges = bufs.iter().map(|b| (b.as_ptr() as u64, b.len())).collect();
-            Regions { ranges, gate: Default::default() }
-        }
-    }
-
-    impl MemoryKeys for Regions {
-        fn lookup(
-            &self,
-            key: u32,
-            addr: u64,
-            len: usize,
-            _need: u32,
-            _space: crate::provider::KeySpace,
-        ) -> Result<crate::provider::Checked, AccessError> {
-            let end = addr.checked_add(len as u64).ok_or(AccessError::Protection)?;
-            let inside = self.ranges.iter().any(|&(b, l)| addr >= b && end <= b + l as u64);
-            if key != 0 || !inside {
-                return Err(AccessError::Protection);
-            }
-            Ok(crate::provider::Checked { region: self.gate.clone(), addr })
-        }
     }
 
     fn write(addr: u64, buf: &[u8]) -> SendWqe {
