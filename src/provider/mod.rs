@@ -78,23 +78,12 @@ pub trait MemoryKeys: Send + Sync {
         space: KeySpace,
     ) -> std::result::Result<Checked, AccessError>;
 
-    /// [`MemoryKeys::lookup`] for a caller that only needs the answer, not the region: the
-    /// check a request's local entries get before it executes, on every message.
-    fn check(
-        &self,
-        key: u32,
-        addr: u64,
-        len: usize,
-        need: u32,
-        space: KeySpace,
-    ) -> std::result::Result<(), AccessError> {
-        self.lookup(key, addr, len, need, space).map(drop)
-    }
-
     /// Runs `f` on this process's address of `[addr, addr+len)`, checked as by
     /// [`MemoryKeys::lookup`], while the region cannot be deregistered: once a deregistration
     /// returns, no `f` on its region is under way and none starts. `f` is one bounded copy
-    /// (a segment, a packet, a chunk); it must not reach the key table.
+    /// (a segment, a packet, a chunk), or nothing (a check that needs only the answer: the
+    /// one a request's local entries get before it executes); it must not reach the key
+    /// table.
     fn access(
         &self,
         key: u32,

@@ -583,24 +583,10 @@ impl MemoryKeys for Pd {
             .map(|(reg, addr)| Checked { region: reg.gate.clone(), addr })
     }
 
-    /// Under the table's lock, with no hold taken on the region (two atomic operations fewer
-    /// per check).
-    fn check(
-        &self,
-        key: u32,
-        addr: u64,
-        len: usize,
-        need: u32,
-        space: KeySpace,
-    ) -> std::result::Result<(), AccessError> {
-        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
-        let reg = keys.get(&key).ok_or(AccessError::Protection)?;
-        check(reg, self, addr, len, need, space).map(drop)
-    }
-
-    /// Under the table's read lock, with no hold taken on the region and no gate entered:
-    /// a registration leaves the table under its write lock before its gate closes, so while
-    /// `f` runs the region stays registered (and `f` is short: one segment or chunk).
+    /// Under the table's read lock, with no hold taken on the region (two atomic operations
+    /// fewer per check) and no gate entered: a registration leaves the table under its write
+    /// lock before its gate closes, so while `f` runs the region stays registered (and `f` is
+    /// short: one segment or chunk).
     fn access(
         &self,
         key: u32,

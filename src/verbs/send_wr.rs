@@ -268,8 +268,8 @@ impl SendWr {
 
     /// Posts the request (checked by [`SendWr::check`]) through `Qp::post_send`, which takes
     /// it from the builder where it was built: a request is large (its inline data), and is
-    /// not copied on the way. `EINVAL` for a bind whose window or MR went since `check`. An RC
-    /// QP ignores a UD destination, as it ignores `wr.ud`.
+    /// not copied on the way (so a builder posts once). `EINVAL` for a bind whose window or MR
+    /// went since `check`. An RC QP ignores a UD destination, as it ignores `wr.ud`.
     pub fn post(&mut self, qp: &Qp) -> Result<()> {
         if qp.qp_type == ibv_qp_type::IBV_QPT_UD {
             if let Some((ah, qpn, qkey)) = &self.ud {

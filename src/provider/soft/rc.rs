@@ -587,7 +587,7 @@ pub(super) fn check_local(keys: &dyn MemoryKeys, sgl: &Sgl, need: u32) -> Result
         if s.length == 0 {
             continue;
         }
-        keys.check(s.lkey, s.addr, s.length as usize, need, KeySpace::Local)?;
+        keys.access(s.lkey, s.addr, s.length as usize, need, KeySpace::Local, &mut |_| ())?;
     }
     Ok(())
 }

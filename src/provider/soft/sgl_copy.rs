@@ -111,7 +111,8 @@ const CHUNK: usize = 64 << 10;
 /// [`walk`], each piece looked up again in `keys` (local space, rights `need`) and handed to
 /// `f` as its local address, in chunks of at most [`CHUNK`] bytes, while its region cannot be
 /// deregistered; stops at the first piece refused or whose region was deregistered since.
-fn walk_registered(
+/// The network path's local copies (`net/rc_mem.rs`) go through it too.
+pub(super) fn walk_registered(
     keys: &dyn MemoryKeys,
     sgl: &Sgl,
     off: u64,
@@ -148,7 +149,7 @@ fn walk(sgl: &Sgl, off: u64, n: usize, mut f: impl FnMut(u32, u64, usize, usize)
             continue;
         }
         let take = ((l - skip) as usize).min(n - done);
-        f(s.lkey, s.addr + skip, done, take);
+        f(s.lkey, s.addr.wrapping_add(skip), done, take); // a wrapped address is refused
         done += take;
         skip = 0;
     }

@@ -22,7 +22,8 @@ pub(super) struct Mem<'a> {
 
 impl Mem<'_> {
     /// Runs `f(address, offset within the n bytes, piece length)` over bytes `[off, off+n)` of
-    /// list `sgl`, each piece checked against the MR table with rights `need` first.
+    /// list `sgl`, each piece checked against the MR table with rights `need` and handed to `f`
+    /// while its region stays registered (`sgl_copy::walk_registered`).
     fn walk(
         &self,
         sgl: t::Sgl,
@@ -48,28 +49,8 @@ impl Mem<'_> {
         if off.checked_add(n as u64).is_none_or(|e| e > sges.total()) {
             return Err(t::MemError::Access);
         }
-        let (mut skip, mut done) = (off, 0usize);
-        for s in sges.as_slice() {
-            if done == n {
-                break;
-            }
-            let l = u64::from(s.length);
-            if skip >= l {
-                skip -= l;
-                continue;
-            }
-            let take = ((l - skip) as usize).min(n - done);
-            let addr = s.addr.checked_add(skip).ok_or(t::MemError::Access)?;
-            let c = self
-                .keys
-                .lookup(s.lkey, addr, take, need, KeySpace::Local)
-                .map_err(|_| t::MemError::Access)?;
-            let _inside = c.region.enter().ok_or(t::MemError::Access)?;
-            f(c.addr, done, take);
-            done += take;
-            skip = 0;
-        }
-        Ok(())
+        super::super::sgl_copy::walk_registered(self.keys, sges, off, n, need, f)
+            .map_err(|_| t::MemError::Access)
     }
 
     /// Checks `[va, va+len)` of `rkey` (in the region's iova space) and translates it: the
