@@ -11,14 +11,21 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 /// The seals we put on our own segments.
 const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
-/// An empty memfd named `name`, sealed empty: a descriptor whose file is ours alone, to tell
-/// apart by [`inode`] (a context's `cmd_fd`).
-pub fn token(name: &std::ffi::CStr) -> Result<OwnedFd> {
+/// A memfd named `name` holding `content`, sealed: a descriptor whose file is ours alone, to
+/// tell apart by [`inode`] (a context's `cmd_fd`), and whose content nobody can change.
+pub fn token(name: &std::ffi::CStr, content: &[u8]) -> Result<OwnedFd> {
     let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
     // SAFETY: the name is a valid NUL-terminated string.
     let fd = check(unsafe { libc::memfd_create(name.as_ptr(), flags) })?;
     // SAFETY: fd was just returned by memfd_create and is owned here.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if !content.is_empty() {
+        // SAFETY: writes from a valid buffer of its length to our memfd.
+        let n = unsafe { libc::write(fd.as_raw_fd(), content.as_ptr().cast(), content.len()) };
+        if n != content.len() as isize {
+            return Err(Errno::last());
+        }
+    }
     // SAFETY: fd is a valid memfd created with MFD_ALLOW_SEALING.
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_WRITE) })?;
     Ok(fd)
@@ -26,11 +33,16 @@ pub fn token(name: &std::ffi::CStr) -> Result<OwnedFd> {
 
 /// The inode number of the file behind `fd` (any descriptor), or `EBADF`.
 pub fn inode(fd: std::os::fd::RawFd) -> Result<u64> {
+    file_id(fd).map(|(_, ino)| ino)
+}
+
+/// The device and inode of the file behind `fd`: equal for two descriptors of one file only.
+pub fn file_id(fd: std::os::fd::RawFd) -> Result<(u64, u64)> {
     // SAFETY: all-zero is a valid stat; fstat only writes it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: st is a valid, writable stat.
     check(unsafe { libc::fstat(fd, &mut st) })?;
-    Ok(st.st_ino)
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// A shared mapping of a memfd.

@@ -255,7 +255,8 @@ impl Context {
         if !is_device(device) {
             return Err(Errno::EINVAL);
         }
-        let cmd = crate::runtime::shm::token(c"rdmashim-context")?;
+        let cmd =
+            crate::runtime::shm::token(c"rdmashim-context", &super::import_remote::owner_token())?;
         let ucontext = crate::runtime::shm::inode(cmd.as_raw_fd())?;
         Self::open_on(device, cmd, ucontext)
     }

@@ -13,6 +13,7 @@
 //! kernel object to hand over).
 
 use super::device::Context;
+use super::import_remote;
 use super::objects;
 use super::pd::Pd;
 use crate::errno::{check, Errno, Result};
@@ -24,9 +25,17 @@ use std::sync::Arc;
 /// file (`ibv_close_device` closes `fd`); on failure `fd` is left to the caller.
 pub fn import_device(fd: RawFd) -> Result<*mut ibv_context> {
     let ucontext = crate::runtime::shm::inode(fd)?;
-    let known = objects().contexts.values().into_iter().find(|c| c.ucontext == ucontext);
-    let orig = known.ok_or(Errno::EOPNOTSUPP)?;
-    let device = orig.vctx.read().context.device;
+    let id = crate::runtime::shm::file_id(fd)?;
+    let known = objects().contexts.values().into_iter().find(|c| {
+        crate::runtime::shm::file_id(c.vctx.read().context.cmd_fd).is_ok_and(|x| x == id)
+    });
+    let device = match known {
+        Some(orig) => orig.vctx.read().context.device,
+        None => {
+            import_remote::hello(fd)?;
+            super::device::device_ptr()
+        }
+    };
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor fstat just accepted only creates a descriptor.
     let dup = check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) })?;
     // SAFETY: dup was just created and is owned here.
@@ -45,7 +54,10 @@ pub fn import_pd(ctx: Arc<Context>, handle: u32) -> Result<*mut ibv_pd> {
         .values()
         .into_iter()
         .find(|p| p.ctx.ucontext == ctx.ucontext && p.parent.is_none() && p.handle() == handle);
-    Pd::import(ctx, found.ok_or(Errno::EINVAL)?)
+    match found {
+        Some(pd) => Pd::import(ctx, pd),
+        None => import_remote::import_pd(ctx, handle),
+    }
 }
 
 /// `ibv_import_mr`: the MR with `handle` whose domain is `pd`'s, as an MR of `pd`.

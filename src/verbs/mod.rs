@@ -12,6 +12,7 @@ pub mod device_ex;
 pub mod dm;
 pub mod ece;
 pub mod import;
+pub mod import_remote;
 pub mod mr;
 pub mod mw;
 pub mod pages;

@@ -14,6 +14,7 @@
 //! rings and queues, none of which an application allocator could provide.
 
 use super::device::Context;
+use super::import_remote::{self, Held};
 use super::mr::Mr;
 use super::objects;
 use crate::errno::{Errno, Result};
@@ -26,6 +27,8 @@ pub struct Pd {
     pub ctx: Arc<Context>,
     /// Set for a parent domain.
     pub parent: Option<Parent>,
+    /// Set for our domain standing for another process's PD (`import_remote.rs`).
+    pub remote: Option<Held>,
 }
 
 /// What a parent domain wraps.
@@ -111,8 +114,18 @@ impl Pd {
         r.context = ctx.ptr();
         r.handle = handle;
         let p = raw.as_ptr();
-        objects().pds.insert(p as usize, Arc::new(Pd { raw, ctx, parent }));
+        objects().pds.insert(p as usize, Arc::new(Pd { raw, ctx, parent, remote: None }));
         Ok(p)
+    }
+
+    /// Our domain standing for the PD `handle` of another process (`import_remote.rs`): a
+    /// plain PD with that handle, kept out of the registry (only its imports are handed out).
+    pub fn remote_domain(ctx: Arc<Context>, handle: u32, held: Held) -> Arc<Pd> {
+        let mut raw: CBox<ibv_pd> = CBox::zeroed();
+        let r = raw.init();
+        r.context = ctx.ptr();
+        r.handle = handle;
+        Arc::new(Pd { raw, ctx, parent: None, remote: Some(held) })
     }
 
     /// `ibv_alloc_parent_domain`: `EINVAL` without a PD, for a PD or thread domain of another
@@ -178,20 +191,65 @@ impl Pd {
                 x.parent.as_ref().is_some_and(|w| w.imported && Arc::ptr_eq(&w.pd, &object))
             })
             .collect();
-        if Self::busy(&object) || imports.iter().any(Self::busy) {
+        if Self::in_use(&object) {
             return Err(Errno::EBUSY);
         }
-        // Imports first: each holds the object.
+        // Another process's PD is destroyed by its owner (who asks the other holders); ours
+        // only if no other process holding it uses it.
+        match &object.remote {
+            Some(held) => import_remote::destroy(held, &object.ctx, object.handle())?,
+            None if import_remote::busy_elsewhere(&object) => return Err(Errno::EBUSY),
+            None => {}
+        }
+        // Imports first: each holds the object (ours; a domain standing for another
+        // process's PD is no handle, and goes with the last import).
+        let own = object.remote.is_none().then(|| object.clone());
         let others: Vec<Arc<Pd>> =
-            imports.into_iter().chain([object]).filter(|h| h.raw.as_ptr() != p).collect();
+            imports.into_iter().chain(own).filter(|h| h.raw.as_ptr() != p).collect();
         drop(pd);
         objects().pds.remove(p);
         for h in &others {
             objects().pds.remove(h.raw.as_ptr());
         }
-        let mut destroyed = DESTROYED.lock().unwrap_or_else(|e| e.into_inner());
-        destroyed.extend(others.into_iter().map(Stale::of));
+        {
+            let mut destroyed = DESTROYED.lock().unwrap_or_else(|e| e.into_inner());
+            // The owner's word that the object is gone may have put `p` there already.
+            destroyed.retain(|h| h.ptr() != p);
+            destroyed.extend(others.into_iter().map(Stale::of));
+        }
+        if object.remote.is_none() {
+            import_remote::destroyed(&object);
+        }
         Ok(())
+    }
+
+    /// The handles of `object` (a PD and its imports), some or all of it in other processes.
+    fn handles_of(object: &Arc<Pd>) -> Vec<Arc<Pd>> {
+        objects()
+            .pds
+            .values()
+            .into_iter()
+            .filter(|x| {
+                Arc::ptr_eq(x, object)
+                    || x.parent.as_ref().is_some_and(|w| w.imported && Arc::ptr_eq(&w.pd, object))
+            })
+            .collect()
+    }
+
+    /// Whether anything made through any of our handles of `object` uses it.
+    pub fn in_use(object: &Arc<Pd>) -> bool {
+        Self::busy(object) || Self::handles_of(object).iter().any(Self::busy)
+    }
+
+    /// `object` was destroyed elsewhere (by its owner, or with its owner): our handles of it
+    /// are good for `ibv_unimport_pd` only from now on.
+    pub fn forget(object: &Arc<Pd>) {
+        let handles = Self::handles_of(object);
+        for h in &handles {
+            objects().pds.remove(h.raw.as_ptr());
+        }
+        let mut destroyed = DESTROYED.lock().unwrap_or_else(|e| e.into_inner());
+        destroyed.extend(handles.into_iter().map(Stale::of));
     }
 
     /// `ibv_unimport_pd`: the struct goes, the object stays; a handle whose object was
