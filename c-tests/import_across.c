@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "cmd_fd_child.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                           \
@@ -223,26 +224,12 @@ int main(int argc, char **argv)
 		}
 		h.pd[i] = pd[i]->handle;
 	}
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
-		perror("socketpair");
+	int sock;
+	pid_t pid = start_child(argv[0], ctx->cmd_fd, &sock);
+	if (pid < 0) {
+		perror("start the child");
 		return 1;
 	}
-	int fd = dup(ctx->cmd_fd); /* no FD_CLOEXEC: the child inherits it */
-	char fds[16], socks[16];
-	snprintf(fds, sizeof fds, "%d", fd);
-	snprintf(socks, sizeof socks, "%d", sv[1]);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(sv[0]);
-		char *args[] = { argv[0], "--child", fds, socks, NULL };
-		execv("/proc/self/exe", args);
-		_exit(127);
-	}
-	close(fd);
-	close(sv[1]);
-	int sock = sv[0];
 	if (write(sock, &h, sizeof h) != sizeof h)
 		return 1;
 

@@ -119,6 +119,9 @@ pub trait MemoryKeys: Send + Sync {
 /// deregistered: once `revoke` returns, no peer can reach the region's memory any more.
 pub trait SharedRegion: Send + Sync + std::any::Any {
     fn revoke(&self);
+    /// The file the region's pages are on, for another process to map: the descriptor, and
+    /// the address range `[base, base + len)` of ours that the file holds from its offset 0.
+    fn file(&self) -> (std::os::fd::RawFd, usize, usize);
     /// For the provider to find its own type again.
     fn as_any(&self) -> &dyn std::any::Any;
 }
@@ -282,6 +285,15 @@ pub trait Provider: Send + Sync {
     ) -> Option<Arc<dyn SharedRegion>> {
         let _ = (addr, len, iova, access);
         None
+    }
+
+    /// Called by `ibv_import_mr` in another process (`verbs/import_remote.rs`): puts every
+    /// page `[addr, addr + len)` touches on a file that process may map, revoked with the MR.
+    /// `EOPNOTSUPP` where the memory cannot be moved (not private anonymous memory, or pages
+    /// already on another file).
+    fn export_memory(&self, addr: usize, len: usize, access: u32) -> Result<Arc<dyn SharedRegion>> {
+        let _ = (addr, len, access);
+        Err(crate::errno::Errno::EOPNOTSUPP)
     }
 }
 

@@ -68,7 +68,10 @@ pub fn import_mr(pd: Arc<Pd>, handle: u32) -> Result<*mut ibv_mr> {
         .values()
         .into_iter()
         .find(|m| m.raw.read().handle == handle && Arc::ptr_eq(&m.reg().pd, &domain));
-    Ok(found.ok_or(Errno::EINVAL)?.import_on(&pd))
+    match found {
+        Some(m) => Ok(m.import_on(&pd)),
+        None => import_remote::import_mr(pd, handle),
+    }
 }
 
 /// `ibv_import_dm`: the DM with `handle` in `ctx`'s namespace, as a DM of `ctx`.
@@ -87,7 +90,7 @@ pub fn unimport_pd(p: *mut ibv_pd) {
 }
 
 pub fn unimport_mr(p: *mut ibv_mr) {
-    objects().mrs.remove(p);
+    super::mr::Mr::unimport(p);
 }
 
 pub fn unimport_dm(p: *mut ibv_dm) {

@@ -27,6 +27,7 @@
 //! stopped or dying holder cannot keep the owner from destroying its own objects.
 
 use super::device::Context;
+use super::mr::{Described, Mr, Reg};
 use super::objects;
 use super::pd::Pd;
 use crate::errno::{check, Errno, Result};
@@ -37,7 +38,7 @@ use crate::runtime::{shm, unix};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 const MAGIC: u32 = 0x7273_6e73;
 /// How long a request waits for its answer.
@@ -49,6 +50,9 @@ const HOLD_PD: u32 = 2;
 const BUSY_PD: u32 = 3;
 const DESTROY_PD: u32 = 4;
 const DESTROYED_PD: u32 = 5;
+const EXPORT_MR: u32 = 6;
+const DEREG_MR: u32 = 7;
+const DEREGED_MR: u32 = 8;
 
 #[derive(Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]
@@ -56,6 +60,8 @@ struct Request {
     magic: u32,
     op: u32,
     handle: u32,
+    /// The PD's handle, for requests on an MR.
+    pd: u32,
     from_len: u32,
     /// The requester's server, which the owner asks later (`HOLD_PD`).
     from: [u8; NAME_MAX],
@@ -69,6 +75,20 @@ struct Reply {
     errno: u32,
     /// `BUSY_PD`: 1 if the domain is in use.
     busy: u32,
+    /// `EXPORT_MR`: the region (its file is attached).
+    key: u32,
+    rkey: u32,
+    access: u32,
+    len: u64,
+    iova: u64,
+    offset: u64,
+    map_len: u64,
+}
+
+impl Reply {
+    fn new(errno: u32) -> Reply {
+        Reply { magic: MAGIC, errno, ..FromZeros::new_zeroed() }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -131,22 +151,27 @@ fn cmd_fd(ctx: &Context) -> RawFd {
 /// Sends `op` on `handle` to the server `to`, proving the right with `cap` (a `cmd_fd`), and
 /// waits for the answer; the connection comes back with it (kept open by `HOLD_PD`).
 fn call(to: &str, op: u32, handle: u32, cap: RawFd) -> Result<(Reply, OwnedFd)> {
+    call_on(to, (op, handle, 0), cap).map(|(r, conn, _)| (r, conn))
+}
+
+/// [`call`] of `(op, handle, pd)`, with the descriptors the answer carries.
+fn call_on(to: &str, (op, handle, pd): (u32, u32, u32), cap: RawFd) -> Result<Answer> {
     let me = server_name()?;
-    let mut req = Request { magic: MAGIC, op, handle, from_len: 0, from: [0; NAME_MAX] };
+    let mut req = Request { magic: MAGIC, op, handle, pd, from_len: 0, from: [0; NAME_MAX] };
     req.from_len = me.len().min(NAME_MAX) as u32;
     req.from[..req.from_len as usize].copy_from_slice(&me.as_bytes()[..req.from_len as usize]);
     let conn = unix::connect(to)?;
     unix::send(conn.as_raw_fd(), req.as_bytes(), &[cap])?;
     let deadline = Instant::now() + REPLY_WITHIN;
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 128];
     loop {
         match unix::recv(conn.as_raw_fd(), &mut buf) {
-            Ok(Some((n, _))) => {
+            Ok(Some((n, fds))) => {
                 let r = Reply::read_from_prefix(&buf[..n]).map_err(|_| Errno(libc::EPROTO))?.0;
                 if r.magic != MAGIC {
                     return Err(Errno(libc::EPROTO));
                 }
-                return Ok((r, conn));
+                return Ok((r, conn, fds));
             }
             Ok(None) => return Err(Errno::ECONNRESET),
             Err(e) if e == Errno::EAGAIN => {}
@@ -162,10 +187,23 @@ fn call(to: &str, op: u32, handle: u32, cap: RawFd) -> Result<(Reply, OwnedFd)> 
     }
 }
 
+/// An answer, its connection and the descriptors it carried.
+type Answer = (Reply, OwnedFd, Vec<OwnedFd>);
+
 fn reply(conn: &OwnedFd, errno: u32, busy: bool) {
-    let r = Reply { magic: MAGIC, errno, busy: busy as u32 };
+    send_reply(conn, &Reply { busy: busy as u32, ..Reply::new(errno) }, &[]);
+}
+
+fn send_reply(conn: &OwnedFd, r: &Reply, fds: &[RawFd]) {
     // A requester that went away needs no answer.
-    let _ = unix::send(conn.as_raw_fd(), r.as_bytes(), &[]);
+    let _ = unix::send(conn.as_raw_fd(), r.as_bytes(), fds);
+}
+
+/// Runs `f` on a thread of its own (it asks other processes, or copies a region), which
+/// answers on `conn`.
+fn answer_later(conn: OwnedFd, f: impl FnOnce(&OwnedFd) + Send + 'static) {
+    let spawned = std::thread::Builder::new().name("rdmashim-ns".into()).spawn(move || f(&conn));
+    drop(spawned);
 }
 
 fn errno_of(r: Result<()>) -> u32 {
@@ -187,13 +225,10 @@ fn serve(conn: OwnedFd, bytes: &[u8], fds: Vec<OwnedFd>) {
     let (ns, handle) = (ctx.ucontext, req.handle);
     match req.op {
         HELLO => reply(&conn, 0, false),
-        HOLD_PD => {
-            let from = std::str::from_utf8(&req.from[..(req.from_len as usize).min(NAME_MAX)]);
-            match (original_pd(ns, handle), from) {
-                (Some(pd), Ok(from)) => hold(pd, from.to_owned(), conn),
-                _ => reply(&conn, Errno::EINVAL.0 as u32, false),
-            }
-        }
+        HOLD_PD => match (original_pd(ns, handle), sender(&req)) {
+            (Some(pd), Some(from)) => hold(pd, from, conn),
+            _ => reply(&conn, Errno::EINVAL.0 as u32, false),
+        },
         BUSY_PD => {
             let busy = held_domain(ns, handle).is_some_and(|d| Pd::in_use(&d));
             reply(&conn, 0, busy);
@@ -204,18 +239,152 @@ fn serve(conn: OwnedFd, bytes: &[u8], fds: Vec<OwnedFd>) {
             }
             reply(&conn, 0, false);
         }
-        DESTROY_PD => {
-            // Destroying asks the other holders, so it runs on a thread of its own.
-            let spawned = std::thread::Builder::new().name("rdmashim-ns".into()).spawn(move || {
-                let r = match original_pd(ns, handle) {
-                    Some(pd) => Pd::dealloc(pd.raw.as_ptr()),
-                    None => Err(Errno::EINVAL),
-                };
-                reply(&conn, errno_of(r), false);
-            });
-            drop(spawned);
+        DESTROY_PD => answer_later(conn, move |conn| {
+            let r = match original_pd(ns, handle) {
+                Some(pd) => Pd::dealloc(pd.raw.as_ptr()),
+                None => Err(Errno::EINVAL),
+            };
+            reply(conn, errno_of(r), false);
+        }),
+        EXPORT_MR | DEREG_MR => {
+            let Some(from) = sender(&req) else {
+                return reply(&conn, Errno::EINVAL.0 as u32, false);
+            };
+            let pd = req.pd;
+            match req.op {
+                EXPORT_MR => {
+                    answer_later(conn, move |conn| export_mr(conn, (ns, pd), handle, from))
+                }
+                _ => answer_later(conn, move |conn| {
+                    let r = domain_of(ns, pd)
+                        .ok_or(Errno::EINVAL)
+                        .and_then(|d| Mr::exportable(&d, handle))
+                        .and_then(|m| Mr::end_for_importer(&m));
+                    reply(conn, errno_of(r), false);
+                }),
+            }
+        }
+        DEREGED_MR => {
+            if let Some(from) = sender(&req) {
+                Mr::forget_import(&from, Some(handle));
+            }
+            reply(&conn, 0, false);
         }
         _ => reply(&conn, Errno::EINVAL.0 as u32, false),
+    }
+}
+
+/// The server of the process that sent `req`.
+fn sender(req: &Request) -> Option<String> {
+    let name = req.from.get(..req.from_len as usize)?;
+    std::str::from_utf8(name).ok().map(str::to_owned)
+}
+
+/// Our PD `handle` of namespace `ns`: one we own, or our domain standing for another's.
+fn domain_of(ns: u64, handle: u32) -> Option<Arc<Pd>> {
+    original_pd(ns, handle).or_else(|| held_domain(ns, handle))
+}
+
+// ---- MRs ----
+
+/// An importer of one of our MRs: told when the registration ends.
+struct Importer {
+    reg: Weak<Reg>,
+    server: String,
+}
+
+static IMPORTERS: PerProcess<Mutex<Vec<Importer>>> = PerProcess::new(|| Mutex::new(Vec::new()));
+
+/// `EXPORT_MR`: the MR `key` in our PD `pd`, its pages on a file we attach.
+fn export_mr(conn: &OwnedFd, (ns, pd): (u64, u32), key: u32, from: String) {
+    let found = domain_of(ns, pd).ok_or(Errno::EINVAL).and_then(|d| Mr::exportable(&d, key));
+    let exported = found.and_then(|m| {
+        let reg = m.reg();
+        reg.export().map(|(file, offset)| (m, reg, file, offset))
+    });
+    let (mr, reg, file, offset) = match exported {
+        Ok(x) => x,
+        Err(e) => return reply(conn, e.0 as u32, false),
+    };
+    let (fd, _, map_len) = file.file();
+    let raw = mr.raw.read();
+    let r = Reply {
+        key,
+        rkey: raw.rkey,
+        access: reg.access,
+        len: reg.len as u64,
+        iova: reg.iova,
+        offset: offset as u64,
+        map_len: map_len as u64,
+        ..Reply::new(0)
+    };
+    {
+        let mut l = lock(IMPORTERS.get());
+        l.retain(|i| i.reg.strong_count() > 0);
+        l.push(Importer { reg: Arc::downgrade(&reg), server: from });
+    }
+    send_reply(conn, &r, &[fd]);
+}
+
+/// Our registration `reg` (key `key`) ended: every importer drops the key before
+/// `ibv_dereg_mr` returns.
+pub fn mr_gone(reg: &Arc<Reg>, key: u32) {
+    let gone: Vec<Importer> = {
+        let mut l = lock(IMPORTERS.get());
+        if l.is_empty() {
+            return;
+        }
+        let (gone, kept) = std::mem::take(&mut *l)
+            .into_iter()
+            .partition(|i| i.reg.upgrade().is_none_or(|r| Arc::ptr_eq(&r, reg)));
+        *l = kept;
+        gone
+    };
+    let cap = cmd_fd(&reg.pd.ctx);
+    for i in gone.iter().filter(|i| i.reg.upgrade().is_some_and(|r| Arc::ptr_eq(&r, reg))) {
+        let _ = call(&i.server, DEREGED_MR, key, cap);
+    }
+}
+
+/// `ibv_import_mr` of an MR of `pd`'s that another process registered: asked of the PD's
+/// owner, or, on a PD we own, of each process holding it. `EINVAL` if none has it.
+pub fn import_mr(pd: Arc<Pd>, key: u32) -> Result<*mut crate::sys::ibv_mr> {
+    let domain = pd.domain();
+    let servers: Vec<String> = match &domain.remote {
+        Some(h) => vec![h.owner.clone()],
+        None => holders_of(&domain).into_iter().map(|(s, _)| s).collect(),
+    };
+    let mut err = Errno::EINVAL;
+    for server in servers {
+        let asked = call_on(&server, (EXPORT_MR, key, domain.handle()), cmd_fd(&domain.ctx));
+        match asked {
+            Ok((r, _, mut fds)) if r.errno == 0 && !fds.is_empty() => {
+                let d = Described {
+                    len: r.len as usize,
+                    iova: r.iova,
+                    access: r.access,
+                    key: r.key,
+                    rkey: r.rkey,
+                    offset: r.offset as usize,
+                    map_len: r.map_len as usize,
+                };
+                return Mr::import_from(&pd, d, fds.swap_remove(0), server);
+            }
+            Ok((r, _, _)) if r.errno != 0 && r.errno != Errno::EINVAL.0 as u32 => {
+                err = Errno(r.errno as i32);
+            }
+            _ => {}
+        }
+    }
+    Err(err)
+}
+
+/// Asks the exporter of an MR we imported to deregister it.
+pub fn dereg_mr(exporter: &str, key: u32, domain: &Arc<Pd>) -> Result<()> {
+    let (r, _, _) = call_on(exporter, (DEREG_MR, key, domain.handle()), cmd_fd(&domain.ctx))?;
+    match r.errno {
+        0 => Ok(()),
+        e => Err(Errno(e as i32)),
     }
 }
 
@@ -379,6 +548,9 @@ fn owner_gone(ns: u64, handle: u32) {
             }
         }
         Pd::forget(&d);
+        if let Some(h) = &d.remote {
+            Mr::forget_import(&h.owner, None); // its registrations died with it
+        }
     }
 }
 

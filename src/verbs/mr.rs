@@ -25,7 +25,7 @@ use crate::runtime::fork::PerProcess;
 use crate::sys::*;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// One registration of an MR: what its keys reach.
 pub struct Reg {
@@ -50,6 +50,23 @@ pub struct Reg {
     /// message's later segments into our own buffers) happen inside it; closed, waiting for
     /// them, when the registration ends ([`Reg::retire`]).
     gate: Region,
+    /// The region's pages as another process maps them after `ibv_import_mr` there
+    /// (`remote.rs`); `Retired` once the registration ended, so none is made after.
+    exported: Mutex<Export>,
+    /// Set for an MR of another process imported here (`remote.rs`).
+    import: Option<remote::ImportedMem>,
+}
+
+mod remote;
+mod rereg;
+pub use remote::{Described, ImportedMem};
+
+#[derive(Default)]
+enum Export {
+    #[default]
+    None,
+    To(Arc<dyn SharedRegion>),
+    Retired,
 }
 
 /// The keys a null MR's SGEs are redirected to.
@@ -118,11 +135,6 @@ const ACCESS_KNOWN: u32 = (1 << 21) - 1;
 /// IBV_ACCESS_OPTIONAL_RANGE: optional flags a provider may ignore, as the kernel does.
 const ACCESS_OPTIONAL: u32 = 0x3ff0_0000;
 
-const REREG_TRANSLATION: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_TRANSLATION.0 as i32;
-const REREG_PD: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_PD.0 as i32;
-const REREG_ACCESS: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_ACCESS.0 as i32;
-const REREG_SUPPORTED: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_FLAGS_SUPPORTED.0 as i32;
-
 fn random_key() -> u32 {
     let mut r: u32 = 0;
     // SAFETY: getrandom into a valid 4-byte buffer.
@@ -173,18 +185,26 @@ impl Reg {
         } else {
             None
         };
-        Ok(Reg {
+        Ok(Reg { share, ..Reg::plain(pd, (addr as usize, len, iova, access)) })
+    }
+
+    /// `[addr, addr+len)` of this process reached from `iova` with `access`, nothing else
+    /// (no share, not a null MR, a DM's, a window's or an import).
+    fn plain(pd: Arc<Pd>, (addr, len, iova, access): (usize, usize, u64, u32)) -> Reg {
+        Reg {
             pd,
-            addr: addr as usize,
+            addr,
             len,
             iova,
             access,
-            share,
+            share: None,
             null: None,
             dm: None,
             window: None,
             gate: Region::default(),
-        })
+            exported: Mutex::default(),
+            import: None,
+        }
     }
 
     /// Whether the registration lies in the device memory `dm`.
@@ -199,18 +219,7 @@ impl Reg {
         (addr, len, iova, access): (usize, usize, u64, u32),
         mw: std::sync::Weak<super::mw::Mw>,
     ) -> Reg {
-        Reg {
-            pd,
-            addr,
-            len,
-            iova,
-            access,
-            share: None,
-            null: None,
-            dm: None,
-            window: Some(mw),
-            gate: Region::default(),
-        }
+        Reg { window: Some(mw), ..Reg::plain(pd, (addr, len, iova, access)) }
     }
 
     /// The local address of `[at, at+len)` of this registration's iova space, if inside.
@@ -232,11 +241,20 @@ impl Reg {
         translate(base, self.addr, self.len, at, len)
     }
 
-    /// Ends the provider's direct path for peers (before the caller returns).
+    /// Ends the provider's direct path for peers, and another process's mapping of the pages,
+    /// before the caller returns.
     fn revoke(&self) {
         if let Some(s) = &self.share {
             s.revoke();
         }
+        let was = std::mem::replace(&mut *self.export_lock(), Export::Retired);
+        if let Export::To(s) = was {
+            s.revoke();
+        }
+    }
+
+    fn export_lock(&self) -> std::sync::MutexGuard<'_, Export> {
+        self.exported.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ends the registration for peers, once its keys are out of the table: an access that was
@@ -341,6 +359,16 @@ impl Mr {
 
     pub fn deregister(p: *mut ibv_mr) -> Result<()> {
         let mr = objects().mrs.get(p)?;
+        if let Some(im) = &mr.reg().import {
+            return remote::deregister(p, &mr, im);
+        }
+        Self::end(p, &mr, false)
+    }
+
+    /// Ends the registration of `mr` (C struct `p`), and takes the struct out of the registry
+    /// unless `keep` (another process's handle ended it: this one is the application's still,
+    /// good for `ibv_dereg_mr` only).
+    fn end(p: *mut ibv_mr, mr: &Mr, keep: bool) -> Result<()> {
         // Under the registration's lock: a racing ibv_rereg_mr cannot put the key back.
         let reg = mr.reg.write().unwrap_or_else(|e| e.into_inner());
         {
@@ -349,11 +377,16 @@ impl Mr {
             if mr.windows.load(Ordering::Acquire) > 0 {
                 return Err(Errno::EBUSY); // a window is bound to it (as the kernel says)
             }
-            if objects().mrs.remove(p).is_none() {
+            let listed = match keep {
+                true => objects().mrs.contains(p),
+                false => objects().mrs.remove(p).is_some(),
+            };
+            if !listed {
                 return Err(Errno::EINVAL); // deregistered meanwhile
             }
             if keys.remove(&mr.key).is_none() {
-                return Ok(()); // an imported MR's registration, deregistered through the other
+                // An imported MR's registration, deregistered through another handle.
+                return if keep { Err(Errno::EINVAL) } else { Ok(()) };
             }
             if let Some(n) = reg.null {
                 keys.remove(&n.zero);
@@ -363,6 +396,11 @@ impl Mr {
         count(&reg, false);
         // Before returning: from now on no peer reaches the memory (ibv_dereg_mr's contract).
         reg.retire();
+        // Other processes that imported it drop it too; asked without our lock, which
+        // their requests to us may need meanwhile.
+        let ended = reg.clone();
+        drop(reg);
+        super::import_remote::mr_gone(&ended, mr.key);
         Ok(())
     }
 
@@ -370,18 +408,8 @@ impl Mr {
     /// zeroes (addr NULL, the maximum length, no rkey).
     pub fn alloc_null(pd: Arc<Pd>) -> Result<*mut ibv_mr> {
         let space = null_space().ok_or(Errno::ENOMEM)?;
-        let hidden = |addr: usize, access| Reg {
-            pd: pd.clone(),
-            addr,
-            len: NULL_LEN,
-            iova: addr as u64,
-            access,
-            share: None,
-            null: None,
-            dm: None,
-            window: None,
-            gate: Region::default(),
-        };
+        let hidden =
+            |addr: usize, access| Reg::plain(pd.clone(), (addr, NULL_LEN, addr as u64, access));
         let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
         let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
         let nk = NullKeys { zero: fresh_key(&keys), sink: 0 };
@@ -417,82 +445,6 @@ impl Mr {
 
     pub fn pd(&self) -> Arc<Pd> {
         self.reg().pd.clone()
-    }
-
-    /// `ibv_rereg_mr`: `Err` is an input error (the MR is unchanged: IBV_REREG_MR_ERR_INPUT),
-    /// `Ok(Err)` a failure of the registration itself (IBV_REREG_MR_ERR_CMD; here too the old
-    /// registration stays, which the man page allows). On success the keys stay the same, the
-    /// old range is out of every peer's reach and `mr` describes the new registration.
-    pub fn reregister(
-        p: *mut ibv_mr,
-        flags: i32,
-        pd: *mut ibv_pd,
-        addr: *mut libc::c_void,
-        len: usize,
-        access: i32,
-    ) -> Result<Result<()>> {
-        let mr = objects().mrs.get(p)?;
-        if flags == 0 || flags & !REREG_SUPPORTED != 0 {
-            return Err(Errno::EINVAL);
-        }
-        if flags & REREG_TRANSLATION != 0 && (addr.is_null() || len == 0) {
-            return Err(Errno::EINVAL);
-        }
-        // A parent domain stands for its innermost PD, as at registration (`Pd::reg_mr`).
-        let pd = if flags & REREG_PD != 0 { Some(objects().pds.get(pd)?.domain()) } else { None };
-        let mut cur = mr.reg.write().unwrap_or_else(|e| e.into_inner());
-        if mr.windows.load(Ordering::Acquire) > 0 {
-            return Ok(Err(Errno::EBUSY)); // a window is bound to the region
-        }
-        if cur.null.is_some() {
-            return Err(Errno::EINVAL); // "the use of ibv_rereg_mr() with this MR is invalid"
-        }
-        if cur.dm.is_some() {
-            return Err(Errno::EINVAL); // the kernel refuses to reregister a DM MR
-        }
-        let new_pd = match pd {
-            None => cur.pd.clone(),
-            Some(pd) if Arc::ptr_eq(&pd.ctx, &cur.pd.ctx) => pd,
-            Some(_) => return Err(Errno::EINVAL),
-        };
-        let (new_addr, new_len, new_iova) = if flags & REREG_TRANSLATION != 0 {
-            (addr, len, addr as u64) // the kernel's rereg takes the address as the iova
-        } else {
-            (cur.addr as *mut libc::c_void, cur.len, cur.iova)
-        };
-        let new_access = if flags & REREG_ACCESS != 0 { access } else { cur.access as i32 };
-        // Peers lose the old range before the new one is prepared (its pages may be the same).
-        cur.revoke();
-        let reg = match Reg::new(new_pd, new_addr, new_len, new_iova, new_access) {
-            Ok(r) => Arc::new(r),
-            Err(e) => {
-                // The old registration stays for the copy path (its share is revoked).
-                return Ok(Err(e));
-            }
-        };
-        {
-            let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
-            if !keys.contains_key(&mr.key) {
-                drop(keys);
-                reg.revoke(); // deregistered meanwhile: the key stays gone
-                return Err(Errno::EINVAL);
-            }
-            count(&cur, false);
-            count(&reg, true);
-            keys.insert(mr.key, reg.clone());
-        }
-        // The old range is out of every peer's reach before the call returns.
-        cur.retire();
-        let raw = mr.raw.as_ptr();
-        // SAFETY: raw is the live MR's struct, ours; single-field raw-pointer writes under the
-        // MR's registration lock (CBox's rule), as libibverbs writes them after a rereg.
-        unsafe {
-            (*raw).pd = reg.pd.raw.as_ptr();
-            (*raw).addr = new_addr;
-            (*raw).length = new_len;
-        }
-        *cur = reg;
-        Ok(Ok(()))
     }
 }
 

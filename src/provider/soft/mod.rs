@@ -97,4 +97,25 @@ impl Provider for Soft {
             }
         }
     }
+
+    fn export_memory(
+        &self,
+        addr: usize,
+        len: usize,
+        access: u32,
+    ) -> Result<Arc<dyn crate::provider::SharedRegion>> {
+        match direct::share::SharedMem::create_span(addr, len, access) {
+            Ok(s) => {
+                crate::trace::note(format_args!(
+                    "region {addr:#x}+{len}: pages {:#x}+{} on a memfd for another process",
+                    s.base, s.len
+                ));
+                Ok(s)
+            }
+            Err(why) => {
+                crate::trace::note(format_args!("region {addr:#x}+{len}: not exported ({why:?})"));
+                Err(crate::errno::Errno::EOPNOTSUPP)
+            }
+        }
+    }
 }

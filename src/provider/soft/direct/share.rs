@@ -86,11 +86,35 @@ impl SharedMem {
         if end <= base {
             return Err(NotShared::NoWholePage);
         }
-        let len = end - base;
         let remote_base = iova
             .checked_add((base - addr) as u64)
-            .filter(|b| b % page as u64 == 0 && b.checked_add(len as u64).is_some())
+            .filter(|b| b % page as u64 == 0 && b.checked_add((end - base) as u64).is_some())
             .ok_or(NotShared::UnalignedIova)?;
+        Self::move_pages(base, end, remote_base, access)
+    }
+
+    /// Moves every page that `[addr, addr + len)` touches onto a new memfd, partial pages at its
+    /// ends included: for another process that was handed the region's context (an
+    /// `ibv_import_mr` across processes), never for a peer, which must not reach the other
+    /// data on those pages. Peers never get it (`remote_base` 0).
+    pub fn create_span(addr: usize, len: usize, access: u32) -> Result<Arc<SharedMem>, NotShared> {
+        let page = page_size();
+        let base = addr / page * page;
+        let end = addr.checked_add(len).and_then(|e| e.checked_next_multiple_of(page));
+        match end {
+            Some(end) if len > 0 => Self::move_pages(base, end, 0, access),
+            _ => Err(NotShared::NoWholePage),
+        }
+    }
+
+    /// Moves the pages `[base, end)` onto a new memfd.
+    fn move_pages(
+        base: usize,
+        end: usize,
+        remote_base: u64,
+        access: u32,
+    ) -> Result<Arc<SharedMem>, NotShared> {
+        let (page, len) = (page_size(), end - base);
         if !maps::private_anon(base, end) {
             return Err(NotShared::NotPrivateAnonymous);
         }
@@ -175,6 +199,10 @@ impl SharedRegion for SharedMem {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    fn file(&self) -> (RawFd, usize, usize) {
+        (self.fd.as_raw_fd(), self.base, self.len)
     }
 }
 

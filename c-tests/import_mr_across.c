@@ -1,0 +1,196 @@
+/* ibv_import_mr across processes: a child given the parent's cmd_fd imports the device, a PD
+ * and two MRs of the parent, builds RC QPs on the imported PD and moves data through the
+ * imported keys. The bytes must land in, and come from, the parent's own memory:
+ *   - a page-aligned region with remote rights (its pages already on the direct path's file),
+ *     and an unaligned heap region, also with remote rights (its whole pages on the direct
+ *     path's file, which is revoked so that every page it touches moves for the import);
+ *   - a SEND from the first region into a receive in the second: the parent finds its bytes
+ *     copied inside its own memory;
+ *   - an RDMA WRITE through the first region's rkey: the parent sees it; the parent then writes
+ *     its memory with its own CPU and the child's RDMA READ sees that;
+ *   - the keys, length and handle of each import are the exporter's;
+ *   - the parent's ibv_dereg_mr ends the import before it returns: the child's next WRITE
+ *     through the rkey fails with IBV_WC_REM_ACCESS_ERR and the parent's memory stays as it
+ *     was; the child's ibv_dereg_mr of that import then fails (EINVAL); unimport releases it;
+ *   - the child's ibv_dereg_mr of the second import deregisters the parent's MR: the parent's
+ *     own ibv_dereg_mr then only releases the struct (0), and a second import fails (EINVAL).
+ * The two processes take turns over a socketpair. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "rc_pair.h"
+#include "cmd_fd_child.h"
+
+#define PAGE 4096
+#define ALEN (3 * PAGE)
+#define BLEN 10000
+
+struct shared {
+	uint32_t pd, ma, mb, ma_lkey, ma_rkey, mb_lkey, mb_rkey;
+	uint64_t a, b;
+};
+
+static void say(int sock, char c)
+{
+	CHECK(write(sock, &c, 1) == 1, "write to the other process");
+}
+
+static void hear(int sock)
+{
+	char c;
+	CHECK(read(sock, &c, 1) == 1, "the other process went away");
+}
+
+static int child(int fd, int sock)
+{
+	alarm(60);
+	struct shared s;
+	CHECK(read(sock, &s, sizeof s) == sizeof s, "read handles");
+	ctx = ibv_import_device(fd);
+	CHECK(ctx, "ibv_import_device: %s", strerror(errno));
+	pd = ibv_import_pd(ctx, s.pd);
+	CHECK(pd, "ibv_import_pd: %s", strerror(errno));
+	struct ibv_mr *ma = ibv_import_mr(pd, s.ma);
+	CHECK(ma, "ibv_import_mr of the aligned region: %s", strerror(errno));
+	struct ibv_mr *mb = ibv_import_mr(pd, s.mb);
+	CHECK(mb, "ibv_import_mr of the unaligned region: %s", strerror(errno));
+	CHECK(ma->lkey == s.ma_lkey && ma->rkey == s.ma_rkey && ma->length == ALEN && ma->handle == s.ma &&
+		      ma->pd == pd && ma->context == ctx,
+	      "the aligned import's keys, length, handle, PD and context");
+	CHECK(mb->lkey == s.mb_lkey && mb->rkey == s.mb_rkey && mb->length == BLEN, "the unaligned import's");
+	printf("ok   imports carry the exporter's keys, length and handle\n");
+
+	struct end x, y;
+	pair(&x, &y, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE, 7);
+	/* SEND from the parent's first region into a receive in its second. */
+	post_recv(y.qp, (void *)(uintptr_t)(s.b + 10), 2000, mb->lkey, 1);
+	CHECK(post(x.qp, IBV_WR_SEND, (void *)(uintptr_t)(s.a + 100), 2000, ma->lkey, 0, 0, 2) == 0, "post SEND");
+	struct ibv_wc w = wait_wc(x.cq, 5000);
+	CHECK(w.status == IBV_WC_SUCCESS, "SEND: %s", ibv_wc_status_str(w.status));
+	w = wait_wc(y.cq, 5000);
+	CHECK(w.status == IBV_WC_SUCCESS && w.byte_len == 2000, "receive: %s", ibv_wc_status_str(w.status));
+	say(sock, 'S');
+
+	/* WRITE from a buffer of ours through the first region's rkey. */
+	static char mine[PAGE] __attribute__((aligned(PAGE)));
+	memset(mine, 0x5a, sizeof mine);
+	struct ibv_mr *own = ibv_reg_mr(pd, mine, sizeof mine, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(own, "ibv_reg_mr of our own buffer on the imported PD");
+	CHECK(post(x.qp, IBV_WR_RDMA_WRITE, mine, 1000, own->lkey, s.a + 2 * PAGE + 7, ma->rkey, 3) == 0,
+	      "post WRITE");
+	w = wait_wc(x.cq, 5000);
+	CHECK(w.status == IBV_WC_SUCCESS, "WRITE: %s", ibv_wc_status_str(w.status));
+	say(sock, 'W');
+
+	/* The parent wrote its memory with its own CPU: a READ sees it. */
+	hear(sock);
+	memset(mine, 0, sizeof mine);
+	CHECK(post(x.qp, IBV_WR_RDMA_READ, mine, 3000, own->lkey, s.a + 500, ma->rkey, 4) == 0, "post READ");
+	w = wait_wc(x.cq, 5000);
+	CHECK(w.status == IBV_WC_SUCCESS, "READ: %s", ibv_wc_status_str(w.status));
+	for (int i = 0; i < 3000; i++)
+		CHECK((unsigned char)mine[i] == (unsigned char)(0x30 + i % 7), "READ byte %d: %#x", i,
+		      (unsigned char)mine[i]);
+	printf("ok   a READ through the import sees what the exporter's CPU wrote\n");
+	say(sock, 'R');
+
+	/* The parent deregistered the first region: the rkey is gone here too. */
+	hear(sock);
+	memset(mine, 0x77, sizeof mine);
+	CHECK(post(x.qp, IBV_WR_RDMA_WRITE, mine, 64, own->lkey, s.a, ma->rkey, 5) == 0, "post WRITE");
+	w = wait_wc(x.cq, 5000);
+	CHECK(w.status == IBV_WC_REM_ACCESS_ERR, "WRITE after the exporter's ibv_dereg_mr: %s",
+	      ibv_wc_status_str(w.status));
+	int rc = ibv_dereg_mr(ma);
+	CHECK(rc == EINVAL, "ibv_dereg_mr of the import whose registration ended: %d", rc);
+	ibv_unimport_mr(ma);
+	printf("ok   the exporter's ibv_dereg_mr ended the import (IBV_WC_REM_ACCESS_ERR, then EINVAL)\n");
+
+	/* Our dereg of the second import deregisters the parent's MR. */
+	rc = ibv_dereg_mr(mb);
+	CHECK(rc == 0, "ibv_dereg_mr of the unaligned import: %d", rc);
+	errno = 0;
+	struct ibv_mr *again = ibv_import_mr(pd, s.mb);
+	CHECK(!again && errno == EINVAL, "importing the deregistered MR again: %p (%s)", (void *)again,
+	      strerror(errno));
+	printf("ok   the importer's ibv_dereg_mr deregistered the exporter's MR\n");
+	say(sock, 'D');
+	hear(sock);
+	ibv_dereg_mr(own);
+	ibv_destroy_qp(x.qp);
+	ibv_destroy_qp(y.qp);
+	ibv_destroy_cq(x.cq);
+	ibv_destroy_cq(y.cq);
+	ibv_unimport_pd(pd);
+	ibv_close_device(ctx);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "--child") == 0)
+		return child(atoi(argv[2]), atoi(argv[3]));
+	alarm(90);
+	open_first_device();
+	int flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	unsigned char *a = mmap(NULL, ALEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(a != MAP_FAILED, "mmap");
+	for (int i = 0; i < ALEN; i++)
+		a[i] = (unsigned char)(i * 13 + 1);
+	unsigned char *bmem = malloc(BLEN + 64);
+	CHECK(bmem, "malloc");
+	unsigned char *b = bmem + 24; /* not page-aligned */
+	memset(b, 0xee, BLEN);
+	struct ibv_mr *ma = ibv_reg_mr(pd, a, ALEN, flags);
+	struct ibv_mr *mb = ibv_reg_mr(pd, b, BLEN, flags);
+	CHECK(ma && mb, "ibv_reg_mr");
+	struct shared s = { pd->handle, ma->handle, mb->handle, ma->lkey, ma->rkey, mb->lkey, mb->rkey,
+			    (uintptr_t)a, (uintptr_t)b };
+	int sock;
+	pid_t pid = start_child(argv[0], ctx->cmd_fd, &sock);
+	CHECK(pid > 0, "start the child");
+	CHECK(write(sock, &s, sizeof s) == sizeof s, "send handles");
+
+	hear(sock);
+	CHECK(memcmp(b + 10, a + 100, 2000) == 0, "the SEND's bytes in our second region");
+	CHECK(b[9] == 0xee && b[2010] == 0xee, "nothing around them");
+	printf("ok   a SEND between two imports moved our bytes within our memory\n");
+
+	hear(sock);
+	for (int i = 0; i < 1000; i++)
+		CHECK(a[2 * PAGE + 7 + i] == 0x5a, "WRITE byte %d: %#x", i, a[2 * PAGE + 7 + i]);
+	CHECK(a[2 * PAGE + 6] == (unsigned char)((2 * PAGE + 6) * 13 + 1) &&
+		      a[2 * PAGE + 1007] == (unsigned char)((2 * PAGE + 1007) * 13 + 1),
+	      "nothing around it");
+	printf("ok   a WRITE through the imported rkey landed in our memory\n");
+	for (int i = 0; i < 3000; i++)
+		a[500 + i] = (unsigned char)(0x30 + i % 7);
+	say(sock, 'C');
+
+	hear(sock);
+	CHECK(ibv_dereg_mr(ma) == 0, "ibv_dereg_mr of the exported region");
+	unsigned char before[64];
+	memcpy(before, a, 64);
+	say(sock, 'X');
+
+	hear(sock);
+	CHECK(memcmp(before, a, 64) == 0, "our memory after the dereg is untouched");
+	int rc = ibv_dereg_mr(mb);
+	CHECK(rc == 0, "our ibv_dereg_mr after the importer deregistered: %d", rc);
+	say(sock, 'E');
+	int st = 0;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's checks (status %#x)",
+	      st);
+	/* Both regions went back to private memory: still ours, still readable and writable. */
+	a[0] = 1;
+	b[0] = 2;
+	munmap(a, ALEN);
+	free(bmem);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	printf("PASSED\n");
+	return 0;
+}
