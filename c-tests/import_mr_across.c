@@ -13,7 +13,9 @@
  *     through the rkey fails with IBV_WC_REM_ACCESS_ERR and the parent's memory stays as it
  *     was; the child's ibv_dereg_mr of that import then fails (EINVAL); unimport releases it;
  *   - the child's ibv_dereg_mr of the second import deregisters the parent's MR: the parent's
- *     own ibv_dereg_mr then only releases the struct (0), and a second import fails (EINVAL).
+ *     own ibv_dereg_mr then only releases the struct (0), and a second import fails (EINVAL);
+ *   - the parent's dealloc of another PD the child holds ends that import only, not the MR
+ *     imports of the first PD.
  * The two processes take turns over a socketpair. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,7 +31,7 @@
 #define BLEN 10000
 
 struct shared {
-	uint32_t pd, ma, mb, ma_lkey, ma_rkey, mb_lkey, mb_rkey;
+	uint32_t pd, pd2, ma, mb, ma_lkey, ma_rkey, mb_lkey, mb_rkey;
 	uint64_t a, b;
 };
 
@@ -44,6 +46,8 @@ static void hear(int sock)
 	CHECK(read(sock, &c, 1) == 1, "the other process went away");
 }
 
+static char mine_early[64];
+
 static int child(int fd, int sock)
 {
 	alarm(60);
@@ -57,6 +61,8 @@ static int child(int fd, int sock)
 	CHECK(ma, "ibv_import_mr of the aligned region: %s", strerror(errno));
 	struct ibv_mr *mb = ibv_import_mr(pd, s.mb);
 	CHECK(mb, "ibv_import_mr of the unaligned region: %s", strerror(errno));
+	struct ibv_pd *pd2 = ibv_import_pd(ctx, s.pd2);
+	CHECK(pd2, "ibv_import_pd of a second PD: %s", strerror(errno));
 	CHECK(ma->lkey == s.ma_lkey && ma->rkey == s.ma_rkey && ma->length == ALEN && ma->handle == s.ma &&
 		      ma->pd == pd && ma->context == ctx,
 	      "the aligned import's keys, length, handle, PD and context");
@@ -73,6 +79,14 @@ static int child(int fd, int sock)
 	w = wait_wc(y.cq, 5000);
 	CHECK(w.status == IBV_WC_SUCCESS && w.byte_len == 2000, "receive: %s", ibv_wc_status_str(w.status));
 	say(sock, 'S');
+	/* The parent deallocates the second PD: our imports of the first PD's MRs stay. */
+	hear(sock);
+	usleep(100000); /* the parent's side of the hold on the second PD is closed by now */
+	errno = 0;
+	struct ibv_mr *gone = ibv_reg_mr(pd2, mine_early, sizeof mine_early, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!gone && errno == EINVAL, "ibv_reg_mr on the second PD after the owner's dealloc: %s",
+	      strerror(errno));
+	ibv_unimport_pd(pd2);
 
 	/* WRITE from a buffer of ours through the first region's rkey. */
 	static char mine[PAGE] __attribute__((aligned(PAGE)));
@@ -147,7 +161,9 @@ int main(int argc, char **argv)
 	struct ibv_mr *ma = ibv_reg_mr(pd, a, ALEN, flags);
 	struct ibv_mr *mb = ibv_reg_mr(pd, b, BLEN, flags);
 	CHECK(ma && mb, "ibv_reg_mr");
-	struct shared s = { pd->handle, ma->handle, mb->handle, ma->lkey, ma->rkey, mb->lkey, mb->rkey,
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	CHECK(pd2, "ibv_alloc_pd");
+	struct shared s = { pd->handle, pd2->handle, ma->handle, mb->handle, ma->lkey, ma->rkey, mb->lkey, mb->rkey,
 			    (uintptr_t)a, (uintptr_t)b };
 	int sock;
 	pid_t pid = start_child(argv[0], ctx->cmd_fd, &sock);
@@ -158,6 +174,8 @@ int main(int argc, char **argv)
 	CHECK(memcmp(b + 10, a + 100, 2000) == 0, "the SEND's bytes in our second region");
 	CHECK(b[9] == 0xee && b[2010] == 0xee, "nothing around them");
 	printf("ok   a SEND between two imports moved our bytes within our memory\n");
+	CHECK(ibv_dealloc_pd(pd2) == 0, "ibv_dealloc_pd of the second PD, which the child holds");
+	say(sock, '2');
 
 	hear(sock);
 	for (int i = 0; i < 1000; i++)

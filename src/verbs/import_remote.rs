@@ -266,7 +266,7 @@ fn serve(conn: OwnedFd, bytes: &[u8], fds: Vec<OwnedFd>) {
         }
         DEREGED_MR => {
             if let Some(from) = sender(&req) {
-                Mr::forget_import(&from, Some(handle));
+                Mr::forget_import(&from, handle);
             }
             reply(&conn, 0, false);
         }
@@ -434,6 +434,12 @@ fn release(fd: RawFd) {
             e.unwatch(fd);
         }
     }
+    // A holder that lets go of a PD (or dies) has no MR left in it for us to import.
+    for h in gone {
+        if let Some(pd) = h.pd.upgrade() {
+            Mr::forget_imports_in(&h.server, &pd);
+        }
+    }
 }
 
 fn holders_of(pd: &Arc<Pd>) -> Vec<(String, RawFd)> {
@@ -541,17 +547,13 @@ pub fn import_pd(ctx: Arc<Context>, handle: u32) -> Result<*mut crate::sys::ibv_
 
 /// The owner destroyed the PD or died: our handles are refused from now on.
 fn owner_gone(ns: u64, handle: u32) {
-    if let Some(d) = held_domain(ns, handle) {
-        if let Some(h) = &d.remote {
-            if let Ok(e) = engine() {
-                e.unwatch(h.conn.as_raw_fd());
-            }
-        }
-        Pd::forget(&d);
-        if let Some(h) = &d.remote {
-            Mr::forget_import(&h.owner, None); // its registrations died with it
-        }
+    let Some(d) = held_domain(ns, handle) else { return };
+    let Some(h) = &d.remote else { return };
+    if let Ok(e) = engine() {
+        e.unwatch(h.conn.as_raw_fd());
     }
+    Pd::forget(&d);
+    Mr::forget_imports_in(&h.owner, &d); // it has no MR left in the PD's domain
 }
 
 /// Asks the owner to destroy the PD our domain stands for (our own handles are not in use).

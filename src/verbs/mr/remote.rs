@@ -155,23 +155,28 @@ impl Mr {
         }
     }
 
-    /// The exporter ended the registration `key` (or is gone, `key` `None`: all of its): our
-    /// imports of it are good for `ibv_unimport_mr` only from now on.
-    pub fn forget_import(exporter: &str, key: Option<u32>) {
-        let gone: Vec<Arc<Reg>> = {
-            let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
-            keys.values()
-                .filter(|r| {
-                    r.import
-                        .as_ref()
-                        .is_some_and(|i| i.exporter == exporter && key.is_none_or(|k| k == i.key))
-                })
-                .cloned()
-                .collect()
-        };
-        for reg in gone {
-            drop_key(&reg);
-        }
+    /// The exporter ended its registration `key`: our imports of it are good for
+    /// `ibv_unimport_mr` (or a failing `ibv_dereg_mr`) only from now on.
+    pub fn forget_import(exporter: &str, key: u32) {
+        forget_where(|i, _| i.exporter == exporter && i.key == key);
+    }
+
+    /// `exporter` let go of the PD `domain` stands for, or is gone: it has no registration in
+    /// that domain any more (a PD is not released while an MR of the holder's uses it), so
+    /// neither do our imports from it.
+    pub fn forget_imports_in(exporter: &str, domain: &Arc<Pd>) {
+        forget_where(|i, reg| i.exporter == exporter && Arc::ptr_eq(&reg.pd, domain));
+    }
+}
+
+/// Drops the keys of our imports that `f` picks.
+fn forget_where(f: impl Fn(&ImportedMem, &Reg) -> bool) {
+    let gone: Vec<Arc<Reg>> = {
+        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
+        keys.values().filter(|r| r.import.as_ref().is_some_and(|i| f(i, r))).cloned().collect()
+    };
+    for reg in gone {
+        drop_key(&reg);
     }
 }
 
