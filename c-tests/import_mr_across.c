@@ -15,7 +15,11 @@
  *   - the child's ibv_dereg_mr of the second import deregisters the parent's MR: the parent's
  *     own ibv_dereg_mr then only releases the struct (0), and a second import fails (EINVAL);
  *   - the parent's dealloc of another PD the child holds ends that import only, not the MR
- *     imports of the first PD.
+ *     imports of the first PD;
+ *   - ibv_import_dm of the parent's device memory (with an MR over it that peers may write):
+ *     the child reads its bytes, writes some with ibv_memcpy_to_dm and some with an RDMA WRITE
+ *     into an MR of its own over the import, and the parent finds them; the parent's later
+ *     ibv_memcpy_to_dm is seen by the child.
  * The two processes take turns over a socketpair. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,9 +33,10 @@
 #define PAGE 4096
 #define ALEN (3 * PAGE)
 #define BLEN 10000
+#define DMLEN 8192
 
 struct shared {
-	uint32_t pd, pd2, ma, mb, ma_lkey, ma_rkey, mb_lkey, mb_rkey;
+	uint32_t pd, pd2, ma, mb, ma_lkey, ma_rkey, mb_lkey, mb_rkey, dm;
 	uint64_t a, b;
 };
 
@@ -109,10 +114,32 @@ static int child(int fd, int sock)
 		CHECK((unsigned char)mine[i] == (unsigned char)(0x30 + i % 7), "READ byte %d: %#x", i,
 		      (unsigned char)mine[i]);
 	printf("ok   a READ through the import sees what the exporter's CPU wrote\n");
+
+	/* The parent's device memory: its bytes read here, written here by memcpy and by an RDMA
+	 * WRITE into an MR of ours over the import. */
+	struct ibv_dm *idm = ibv_import_dm(ctx, s.dm);
+	CHECK(idm && idm->handle == s.dm, "ibv_import_dm: %s", strerror(errno));
+	static unsigned char got[DMLEN];
+	CHECK(ibv_memcpy_from_dm(got, idm, 0, DMLEN) == 0, "ibv_memcpy_from_dm");
+	for (int i = 0; i < DMLEN; i++)
+		CHECK(got[i] == (unsigned char)(i * 7 + 3), "DM byte %d: %#x", i, got[i]);
+	struct ibv_mr *dmr = ibv_reg_dm_mr(pd, idm, 0, DMLEN,
+					   IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(dmr, "ibv_reg_dm_mr over the imported DM: %s", strerror(errno));
+	memset(mine, 0x5a, sizeof mine);
+	CHECK(post(x.qp, IBV_WR_RDMA_WRITE, mine, 1000, own->lkey, 100, dmr->rkey, 6) == 0, "post WRITE to DM");
+	w = wait_wc(x.cq, 5000);
+	CHECK(w.status == IBV_WC_SUCCESS, "WRITE into the DM: %s", ibv_wc_status_str(w.status));
+	CHECK(ibv_memcpy_to_dm(idm, 5000, "hello", 5) == 0, "ibv_memcpy_to_dm");
+	printf("ok   the exporter's device memory read and written through the import\n");
 	say(sock, 'R');
 
 	/* The parent deregistered the first region: the rkey is gone here too. */
 	hear(sock);
+	CHECK(ibv_memcpy_from_dm(got, idm, 7000, 4) == 0 && memcmp(got, "back", 4) == 0,
+	      "the parent's later memcpy_to_dm seen here");
+	ibv_dereg_mr(dmr);
+	CHECK(ibv_free_dm(idm) == 0, "ibv_free_dm of the import");
 	memset(mine, 0x77, sizeof mine);
 	CHECK(post(x.qp, IBV_WR_RDMA_WRITE, mine, 64, own->lkey, s.a, ma->rkey, 5) == 0, "post WRITE");
 	w = wait_wc(x.cq, 5000);
@@ -163,8 +190,20 @@ int main(int argc, char **argv)
 	CHECK(ma && mb, "ibv_reg_mr");
 	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
 	CHECK(pd2, "ibv_alloc_pd");
+	/* Device memory with an MR over it that peers may write (its pages on the direct path's
+	 * file until the import moves them). */
+	struct ibv_alloc_dm_attr da = { .length = DMLEN };
+	struct ibv_dm *dm = ibv_alloc_dm(ctx, &da);
+	CHECK(dm, "ibv_alloc_dm: %s", strerror(errno));
+	static unsigned char pattern[DMLEN];
+	for (int i = 0; i < DMLEN; i++)
+		pattern[i] = (unsigned char)(i * 7 + 3);
+	CHECK(ibv_memcpy_to_dm(dm, 0, pattern, DMLEN) == 0, "ibv_memcpy_to_dm");
+	struct ibv_mr *pdmr = ibv_reg_dm_mr(pd, dm, 0, DMLEN, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE |
+							       IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	CHECK(pdmr, "ibv_reg_dm_mr: %s", strerror(errno));
 	struct shared s = { pd->handle, pd2->handle, ma->handle, mb->handle, ma->lkey, ma->rkey, mb->lkey, mb->rkey,
-			    (uintptr_t)a, (uintptr_t)b };
+			    dm->handle, (uintptr_t)a, (uintptr_t)b };
 	int sock;
 	pid_t pid = start_child(argv[0], ctx->cmd_fd, &sock);
 	CHECK(pid > 0, "start the child");
@@ -189,6 +228,15 @@ int main(int argc, char **argv)
 	say(sock, 'C');
 
 	hear(sock);
+	static unsigned char dmnow[DMLEN];
+	CHECK(ibv_memcpy_from_dm(dmnow, dm, 0, DMLEN) == 0, "ibv_memcpy_from_dm");
+	for (int i = 0; i < DMLEN; i++) {
+		unsigned char want = i >= 100 && i < 1100 ? 0x5a : i >= 5000 && i < 5005 ? "hello"[i - 5000] : pattern[i];
+		CHECK(dmnow[i] == want, "our DM byte %d after the child's WRITE and memcpy: %#x, not %#x", i, dmnow[i],
+		      want);
+	}
+	CHECK(ibv_memcpy_to_dm(dm, 7000, "back", 4) == 0, "ibv_memcpy_to_dm");
+	printf("ok   the importer's WRITE and memcpy landed in our device memory\n");
 	CHECK(ibv_dereg_mr(ma) == 0, "ibv_dereg_mr of the exported region");
 	unsigned char before[64];
 	memcpy(before, a, 64);
@@ -205,6 +253,7 @@ int main(int argc, char **argv)
 	/* Both regions went back to private memory: still ours, still readable and writable. */
 	a[0] = 1;
 	b[0] = 2;
+	CHECK(ibv_dereg_mr(pdmr) == 0 && ibv_free_dm(dm) == 0, "our DM's MR and the DM go");
 	munmap(a, ALEN);
 	free(bmem);
 	ibv_dealloc_pd(pd);

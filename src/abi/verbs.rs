@@ -153,7 +153,7 @@ entry! {
     }
 
     fn ibv_import_dm(context: *mut ibv_context, handle: u32) -> NullOr<ibv_dm> {
-        import::import_dm(ctx(context)?, handle)
+        import::import_dm(ctx(context)?, handle, super::verbs_dm::fill_copy_ops)
     }
 
     fn ibv_unimport_pd(pd: *mut ibv_pd) -> Nothing {

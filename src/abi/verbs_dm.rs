@@ -18,7 +18,8 @@ pub fn fill_dm_ops(v: &mut verbs_context) {
     v.reg_dm_mr = Some(reg_dm_mr);
 }
 
-fn fill_copy_ops(dm: &mut ibv_dm) {
+/// The copy functions of every DM's C struct.
+pub(super) fn fill_copy_ops(dm: &mut ibv_dm) {
     dm.memcpy_to_dm = Some(memcpy_to_dm);
     dm.memcpy_from_dm = Some(memcpy_from_dm);
 }

@@ -23,7 +23,7 @@ use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::sys::*;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The device memory a process may hold at once (`max_dm_size`).
@@ -54,7 +54,14 @@ pub struct DmMem {
     len: usize,
     /// What it holds of the device's `ALLOCATED` budget, given back when it goes.
     reserved: usize,
+    /// Another process's DM, mapped here (`remote.rs`): the mapping is this file's, not ours.
+    file: Option<crate::runtime::shm::Shm>,
+    /// Our pages as another process maps them (`remote.rs`).
+    exported: Mutex<Option<Arc<dyn crate::provider::SharedRegion>>>,
 }
+
+mod remote;
+pub use remote::DescribedDm;
 
 impl DmMem {
     /// `len` zeroed bytes aligned to `1 << log_align` (at least a page).
@@ -69,7 +76,8 @@ impl DmMem {
             return Err(Errno::ENOMEM);
         }
         let map = p as usize;
-        Ok(DmMem { map, map_len, addr: map.next_multiple_of(align), len, reserved: 0 })
+        let addr = map.next_multiple_of(align);
+        Ok(DmMem { map, map_len, addr, len, reserved: 0, file: None, exported: Mutex::default() })
     }
 
     pub fn addr(&self) -> usize {
@@ -89,6 +97,13 @@ impl Drop for DmMem {
     fn drop(&mut self) {
         // The device's memory is given back with the last DM or registration over it.
         ALLOCATED.fetch_sub(self.reserved, Ordering::AcqRel);
+        if self.file.is_some() {
+            return; // another process's pages: the file's mapping goes with it
+        }
+        // Other processes lose the pages first (they go back to private memory).
+        if let Some(s) = self.exported.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            s.revoke();
+        }
         // SAFETY: our own mapping, made in `new`; nobody reaches it any more (its last `Arc`
         // is being dropped: the DM and every registration over it are gone).
         unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
@@ -111,6 +126,17 @@ fn layout(len: usize, log_align: u32, page: usize) -> Option<(usize, usize)> {
     let pages = len.checked_next_multiple_of(page)?;
     // align >= page: nothing extra when the pages are aligned enough.
     Some((pages.checked_add(align - page)?, align))
+}
+
+/// A DM handle: random, so that the DMs two processes make in one namespace (one imported the
+/// other's context) do not share one, as the kernel's are unique.
+fn fresh_handle() -> u32 {
+    let mut h: u32 = 0;
+    while h == 0 || objects().dms.values().iter().any(|d| d.raw.read().handle == h) {
+        // SAFETY: getrandom into a valid 4-byte buffer.
+        unsafe { libc::getrandom((&mut h as *mut u32).cast(), 4, 0) };
+    }
+    h
 }
 
 /// `[offset, offset + length)` lies in a DM of `size` bytes (no arithmetic may overflow).
@@ -162,11 +188,10 @@ impl Dm {
                 return Err(e);
             }
         };
-        static HANDLES: AtomicU32 = AtomicU32::new(1);
         let mut raw: CBox<ibv_dm> = CBox::zeroed();
         let r = raw.init();
         r.context = ctx.ptr();
-        r.handle = HANDLES.fetch_add(1, Ordering::Relaxed);
+        r.handle = fresh_handle();
         r.comp_mask = MASK_HANDLE;
         fill(r);
         let p = raw.as_ptr();
@@ -185,6 +210,11 @@ impl Dm {
         let dm = Dm { raw, ctx, mem: self.mem.clone(), freed: Mutex::new(false) };
         objects().dms.insert(p as usize, Arc::new(dm));
         p
+    }
+
+    /// The DM's length in bytes.
+    pub fn mem_len(&self) -> usize {
+        self.mem.len
     }
 
     /// Whether `ibv_free_dm` freed it.

@@ -1,22 +1,21 @@
 //! Sharing a context's objects through its command descriptor: `ibv_import_device` on a
 //! duplicate of `cmd_fd`, then `ibv_import_pd`/`_mr`/`_dm` by handle, and the unimport calls.
 //!
-//! A context's `cmd_fd` is an empty memfd of ours; the inode of its file names the objects'
+//! A context's `cmd_fd` is a sealed memfd of ours; the inode of its file names the objects'
 //! namespace (`Context::ucontext`), which every context opened on a duplicate of it shares, as
 //! contexts imported from one uverbs file share its kernel objects. An imported object is
 //! another C struct for the same object: a PD wraps the original as a parent domain does (so
 //! everything created on it lands in the original's domain), an MR shares the registration and
 //! its keys, a DM the memory. Unimporting lets go of the struct only.
 //!
-//! The objects live in the process that created them, so only that process can import them: a
-//! `cmd_fd` passed to another process gives `EOPNOTSUPP` there (the soft provider has no shared
-//! kernel object to hand over).
+//! The objects live in the process that created them. What is not found here is asked of that
+//! process, when another process was given the `cmd_fd` (`import_remote.rs`).
 
 use super::device::Context;
 use super::import_remote;
 use super::objects;
 use super::pd::Pd;
-use crate::errno::{check, Errno, Result};
+use crate::errno::{check, Result};
 use crate::sys::*;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -74,13 +73,17 @@ pub fn import_mr(pd: Arc<Pd>, handle: u32) -> Result<*mut ibv_mr> {
     }
 }
 
-/// `ibv_import_dm`: the DM with `handle` in `ctx`'s namespace, as a DM of `ctx`.
-pub fn import_dm(ctx: Arc<Context>, handle: u32) -> Result<*mut ibv_dm> {
+/// `ibv_import_dm`: the DM with `handle` in `ctx`'s namespace, as a DM of `ctx` (`fill`
+/// installs the C struct's copy functions on one of another process).
+pub fn import_dm(ctx: Arc<Context>, handle: u32, fill: fn(&mut ibv_dm)) -> Result<*mut ibv_dm> {
     let found =
         objects().dms.values().into_iter().find(|d| {
             d.ctx.ucontext == ctx.ucontext && !d.is_freed() && d.raw.read().handle == handle
         });
-    Ok(found.ok_or(Errno::EINVAL)?.import_on(ctx))
+    match found {
+        Some(d) => Ok(d.import_on(ctx)),
+        None => import_remote::import_dm(ctx, handle, fill),
+    }
 }
 
 /// `ibv_unimport_pd`, `_mr`, `_dm`: the struct goes, the object stays (nothing to report: the

@@ -27,6 +27,7 @@
 //! stopped or dying holder cannot keep the owner from destroying its own objects.
 
 use super::device::Context;
+use super::dm::{DescribedDm, Dm};
 use super::mr::{Described, Mr, Reg};
 use super::objects;
 use super::pd::Pd;
@@ -35,6 +36,7 @@ use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
 use crate::runtime::{shm, unix};
+use crate::sys::ibv_dm;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -53,6 +55,7 @@ const DESTROYED_PD: u32 = 5;
 const EXPORT_MR: u32 = 6;
 const DEREG_MR: u32 = 7;
 const DEREGED_MR: u32 = 8;
+const EXPORT_DM: u32 = 9;
 
 #[derive(Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]
@@ -264,6 +267,7 @@ fn serve(conn: OwnedFd, bytes: &[u8], fds: Vec<OwnedFd>) {
                 }),
             }
         }
+        EXPORT_DM => answer_later(conn, move |conn| export_dm(conn, ns, handle)),
         DEREGED_MR => {
             if let Some(from) = sender(&req) {
                 Mr::forget_import(&from, handle);
@@ -377,6 +381,44 @@ pub fn import_mr(pd: Arc<Pd>, key: u32) -> Result<*mut crate::sys::ibv_mr> {
         }
     }
     Err(err)
+}
+
+// ---- DMs ----
+
+/// `EXPORT_DM`: our DM `handle`, its pages on a file we attach.
+fn export_dm(conn: &OwnedFd, ns: u64, handle: u32) {
+    let exported = Dm::exportable(ns, handle).and_then(|d| d.export().map(|x| (d, x)));
+    let (dm, (file, offset)) = match exported {
+        Ok(x) => x,
+        Err(e) => return reply(conn, e.0 as u32, false),
+    };
+    let (fd, _, map_len) = file.file();
+    let r = Reply {
+        len: dm.mem_len() as u64,
+        offset: offset as u64,
+        map_len: map_len as u64,
+        ..Reply::new(0)
+    };
+    send_reply(conn, &r, &[fd]);
+}
+
+/// `ibv_import_dm` of a DM of the process that owns `ctx`'s namespace (`EINVAL` if it has
+/// none with `handle`, or if we are that process).
+pub fn import_dm(ctx: Arc<Context>, handle: u32, fill: fn(&mut ibv_dm)) -> Result<*mut ibv_dm> {
+    let owner = owner_of(cmd_fd(&ctx)).map_err(|_| Errno::EINVAL)?;
+    if owner == server_name()? {
+        return Err(Errno::EINVAL);
+    }
+    let (r, _, mut fds) = call_on(&owner, (EXPORT_DM, handle, 0), cmd_fd(&ctx))?;
+    if r.errno != 0 {
+        return Err(Errno(r.errno as i32));
+    }
+    if fds.is_empty() {
+        return Err(Errno(libc::EPROTO));
+    }
+    let d =
+        DescribedDm { len: r.len as usize, offset: r.offset as usize, map_len: r.map_len as usize };
+    Dm::import_from(ctx, handle, d, fds.swap_remove(0), fill)
 }
 
 /// Asks the exporter of an MR we imported to deregister it.

@@ -243,7 +243,7 @@ impl Reg {
 
     /// Ends the provider's direct path for peers, and another process's mapping of the pages,
     /// before the caller returns.
-    fn revoke(&self) {
+    pub(super) fn revoke(&self) {
         if let Some(s) = &self.share {
             s.revoke();
         }
