@@ -287,7 +287,7 @@ pub trait Provider: Send + Sync {
         None
     }
 
-    /// Called by `ibv_import_mr` in another process (`verbs/import_remote.rs`): puts every
+    /// Called by `ibv_import_mr` in another process (`verbs/import_remote/`): puts every
     /// page `[addr, addr + len)` touches on a file that process may map, revoked with the MR.
     /// `EOPNOTSUPP` where the memory cannot be moved (not private anonymous memory, or pages
     /// already on another file).

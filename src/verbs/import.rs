@@ -9,7 +9,7 @@
 //! its keys, a DM the memory. Unimporting lets go of the struct only.
 //!
 //! The objects live in the process that created them. What is not found here is asked of that
-//! process, when another process was given the `cmd_fd` (`import_remote.rs`).
+//! process, when another process was given the `cmd_fd` (`import_remote/`).
 
 use super::device::Context;
 use super::import_remote;

@@ -27,7 +27,7 @@ pub struct Pd {
     pub ctx: Arc<Context>,
     /// Set for a parent domain.
     pub parent: Option<Parent>,
-    /// Set for our domain standing for another process's PD (`import_remote.rs`).
+    /// Set for our domain standing for another process's PD (`import_remote/`).
     pub remote: Option<Held>,
 }
 
@@ -118,7 +118,7 @@ impl Pd {
         Ok(p)
     }
 
-    /// Our domain standing for the PD `handle` of another process (`import_remote.rs`): a
+    /// Our domain standing for the PD `handle` of another process (`import_remote/`): a
     /// plain PD with that handle, kept out of the registry (only its imports are handed out).
     pub fn remote_domain(ctx: Arc<Context>, handle: u32, held: Held) -> Arc<Pd> {
         let mut raw: CBox<ibv_pd> = CBox::zeroed();

@@ -1,5 +1,5 @@
 //! DMs shared with another process (`ibv_import_dm` there; the requests are in
-//! `verbs/import_remote.rs`): the exporter moves the DM's pages onto a memfd, the importer maps
+//! `verbs/import_remote/`): the exporter moves the DM's pages onto a memfd, the importer maps
 //! it. Both then reach the same bytes, through `ibv_memcpy_to_dm`/`_from_dm` and through MRs
 //! registered over the DM in either process. As for an import in one process, the memory lives
 //! while any handle does: `ibv_free_dm` on one lets go of that handle's mapping only.

@@ -1,5 +1,5 @@
 //! MRs shared with another process (`ibv_import_mr` there; the requests are in
-//! `verbs/import_remote.rs`). The exporter puts every page the region touches on a memfd, which
+//! `verbs/import_remote/`). The exporter puts every page the region touches on a memfd, which
 //! the importer maps; the importer enters the exporter's key in its own key table, addressing
 //! the mapping from the exporter's iova, so its SGEs and its peers' rkeys name the region as
 //! the exporter's do. Both processes then reach the same pages.

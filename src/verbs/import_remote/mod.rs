@@ -22,13 +22,16 @@
 //!   the PD (`DESTROY_PD`).
 //! * The owner's objects die with the owner (the kernel's would live while any descriptor
 //!   does): the holders see the connection hang up and refuse their handles from then on.
+//! * MRs and DMs (`mem.rs`): the exporter moves the pages onto a memfd and passes it
+//!   (`EXPORT_MR`, `EXPORT_DM`); an MR's end is told to each importer (`DEREGED_MR`), and an
+//!   importer's `ibv_dereg_mr` asks the exporter to end it (`DEREG_MR`). The PDs' side of all
+//!   this is in `pd.rs`.
 //!
 //! A process that does not answer within [`REPLY_WITHIN`] counts as holding nothing: a
 //! stopped or dying holder cannot keep the owner from destroying its own objects.
 
 use super::device::Context;
-use super::dm::{DescribedDm, Dm};
-use super::mr::{Described, Mr, Reg};
+use super::mr::Mr;
 use super::objects;
 use super::pd::Pd;
 use crate::errno::{check, Errno, Result};
@@ -36,11 +39,17 @@ use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
 use crate::runtime::{shm, unix};
-use crate::sys::ibv_dm;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+mod mem;
+mod pd;
+pub use mem::{dereg_mr, import_dm, import_mr, mr_gone};
+use mem::{export_dm, export_mr};
+pub use pd::{busy_elsewhere, destroy, destroyed, hello, import_pd, Held};
+use pd::{held_domain, hold, original_pd};
 
 const MAGIC: u32 = 0x7273_6e73;
 /// How long a request waits for its answer.
@@ -78,7 +87,7 @@ struct Reply {
     errno: u32,
     /// `BUSY_PD`: 1 if the domain is in use.
     busy: u32,
-    /// `EXPORT_MR`: the region (its file is attached).
+    /// `EXPORT_MR`, `EXPORT_DM`: the region (its file is attached).
     key: u32,
     rkey: u32,
     access: u32,
@@ -142,7 +151,7 @@ fn owner_of(cmd_fd: RawFd) -> Result<String> {
     }
 }
 
-/// Whether `fd` is the file of namespace `ctx` (device and inode).
+/// Whether two descriptors are of one file (device and inode).
 fn same_file(a: RawFd, b: RawFd) -> bool {
     matches!((shm::file_id(a), shm::file_id(b)), (Ok(x), Ok(y)) if x == y)
 }
@@ -287,322 +296,4 @@ fn sender(req: &Request) -> Option<String> {
 /// Our PD `handle` of namespace `ns`: one we own, or our domain standing for another's.
 fn domain_of(ns: u64, handle: u32) -> Option<Arc<Pd>> {
     original_pd(ns, handle).or_else(|| held_domain(ns, handle))
-}
-
-// ---- MRs ----
-
-/// An importer of one of our MRs: told when the registration ends.
-struct Importer {
-    reg: Weak<Reg>,
-    server: String,
-}
-
-static IMPORTERS: PerProcess<Mutex<Vec<Importer>>> = PerProcess::new(|| Mutex::new(Vec::new()));
-
-/// `EXPORT_MR`: the MR `key` in our PD `pd`, its pages on a file we attach.
-fn export_mr(conn: &OwnedFd, (ns, pd): (u64, u32), key: u32, from: String) {
-    let found = domain_of(ns, pd).ok_or(Errno::EINVAL).and_then(|d| Mr::exportable(&d, key));
-    let exported = found.and_then(|m| {
-        let reg = m.reg();
-        reg.export().map(|(file, offset)| (m, reg, file, offset))
-    });
-    let (mr, reg, file, offset) = match exported {
-        Ok(x) => x,
-        Err(e) => return reply(conn, e.0 as u32, false),
-    };
-    let (fd, _, map_len) = file.file();
-    let raw = mr.raw.read();
-    let r = Reply {
-        key,
-        rkey: raw.rkey,
-        access: reg.access,
-        len: reg.len as u64,
-        iova: reg.iova,
-        offset: offset as u64,
-        map_len: map_len as u64,
-        ..Reply::new(0)
-    };
-    {
-        let mut l = lock(IMPORTERS.get());
-        l.retain(|i| i.reg.strong_count() > 0);
-        l.push(Importer { reg: Arc::downgrade(&reg), server: from });
-    }
-    send_reply(conn, &r, &[fd]);
-}
-
-/// Our registration `reg` (key `key`) ended: every importer drops the key before
-/// `ibv_dereg_mr` returns.
-pub fn mr_gone(reg: &Arc<Reg>, key: u32) {
-    let gone: Vec<Importer> = {
-        let mut l = lock(IMPORTERS.get());
-        if l.is_empty() {
-            return;
-        }
-        let (gone, kept) = std::mem::take(&mut *l)
-            .into_iter()
-            .partition(|i| i.reg.upgrade().is_none_or(|r| Arc::ptr_eq(&r, reg)));
-        *l = kept;
-        gone
-    };
-    let cap = cmd_fd(&reg.pd.ctx);
-    for i in gone.iter().filter(|i| i.reg.upgrade().is_some_and(|r| Arc::ptr_eq(&r, reg))) {
-        let _ = call(&i.server, DEREGED_MR, key, cap);
-    }
-}
-
-/// `ibv_import_mr` of an MR of `pd`'s that another process registered: asked of the PD's
-/// owner, or, on a PD we own, of each process holding it. `EINVAL` if none has it.
-pub fn import_mr(pd: Arc<Pd>, key: u32) -> Result<*mut crate::sys::ibv_mr> {
-    let domain = pd.domain();
-    let servers: Vec<String> = match &domain.remote {
-        Some(h) => vec![h.owner.clone()],
-        None => holders_of(&domain).into_iter().map(|(s, _)| s).collect(),
-    };
-    let mut err = Errno::EINVAL;
-    for server in servers {
-        let asked = call_on(&server, (EXPORT_MR, key, domain.handle()), cmd_fd(&domain.ctx));
-        match asked {
-            Ok((r, _, mut fds)) if r.errno == 0 && !fds.is_empty() => {
-                let d = Described {
-                    len: r.len as usize,
-                    iova: r.iova,
-                    access: r.access,
-                    key: r.key,
-                    rkey: r.rkey,
-                    offset: r.offset as usize,
-                    map_len: r.map_len as usize,
-                };
-                return Mr::import_from(&pd, d, fds.swap_remove(0), server);
-            }
-            Ok((r, _, _)) if r.errno != 0 && r.errno != Errno::EINVAL.0 as u32 => {
-                err = Errno(r.errno as i32);
-            }
-            _ => {}
-        }
-    }
-    Err(err)
-}
-
-// ---- DMs ----
-
-/// `EXPORT_DM`: our DM `handle`, its pages on a file we attach.
-fn export_dm(conn: &OwnedFd, ns: u64, handle: u32) {
-    let exported = Dm::exportable(ns, handle).and_then(|d| d.export().map(|x| (d, x)));
-    let (dm, (file, offset)) = match exported {
-        Ok(x) => x,
-        Err(e) => return reply(conn, e.0 as u32, false),
-    };
-    let (fd, _, map_len) = file.file();
-    let r = Reply {
-        len: dm.mem_len() as u64,
-        offset: offset as u64,
-        map_len: map_len as u64,
-        ..Reply::new(0)
-    };
-    send_reply(conn, &r, &[fd]);
-}
-
-/// `ibv_import_dm` of a DM of the process that owns `ctx`'s namespace (`EINVAL` if it has
-/// none with `handle`, or if we are that process).
-pub fn import_dm(ctx: Arc<Context>, handle: u32, fill: fn(&mut ibv_dm)) -> Result<*mut ibv_dm> {
-    let owner = owner_of(cmd_fd(&ctx)).map_err(|_| Errno::EINVAL)?;
-    if owner == server_name()? {
-        return Err(Errno::EINVAL);
-    }
-    let (r, _, mut fds) = call_on(&owner, (EXPORT_DM, handle, 0), cmd_fd(&ctx))?;
-    if r.errno != 0 {
-        return Err(Errno(r.errno as i32));
-    }
-    if fds.is_empty() {
-        return Err(Errno(libc::EPROTO));
-    }
-    let d =
-        DescribedDm { len: r.len as usize, offset: r.offset as usize, map_len: r.map_len as usize };
-    Dm::import_from(ctx, handle, d, fds.swap_remove(0), fill)
-}
-
-/// Asks the exporter of an MR we imported to deregister it.
-pub fn dereg_mr(exporter: &str, key: u32, domain: &Arc<Pd>) -> Result<()> {
-    let (r, _, _) = call_on(exporter, (DEREG_MR, key, domain.handle()), cmd_fd(&domain.ctx))?;
-    match r.errno {
-        0 => Ok(()),
-        e => Err(Errno(e as i32)),
-    }
-}
-
-// ---- the owner's side ----
-
-/// A process holding one of our PDs: its server, and the connection it keeps open.
-struct Holder {
-    pd: Weak<Pd>,
-    server: String,
-    conn: Arc<OwnedFd>,
-}
-
-static HOLDERS: PerProcess<Mutex<Vec<Holder>>> = PerProcess::new(|| Mutex::new(Vec::new()));
-
-fn original_pd(ns: u64, handle: u32) -> Option<Arc<Pd>> {
-    objects().pds.values().into_iter().find(|p| {
-        p.ctx.ucontext == ns && p.parent.is_none() && p.remote.is_none() && p.handle() == handle
-    })
-}
-
-fn hold(pd: Arc<Pd>, server: String, conn: OwnedFd) {
-    let conn = Arc::new(conn);
-    let fd = conn.as_raw_fd();
-    let Ok(e) = engine() else { return reply(&conn, Errno::ENOMEM.0 as u32, false) };
-    lock(HOLDERS.get()).push(Holder { pd: Arc::downgrade(&pd), server, conn: conn.clone() });
-    // The holder only ever hangs up on this connection (it lets go, or dies).
-    let released = e.watch(fd, Arc::new(move |_| release(fd)));
-    match released {
-        Ok(()) => reply(&conn, 0, false),
-        Err(err) => {
-            lock(HOLDERS.get()).retain(|h| h.conn.as_raw_fd() != fd);
-            reply(&conn, err.0 as u32, false);
-        }
-    }
-}
-
-fn release(fd: RawFd) {
-    let gone: Vec<Holder> = {
-        let mut l = lock(HOLDERS.get());
-        let (gone, kept) =
-            std::mem::take(&mut *l).into_iter().partition(|h| h.conn.as_raw_fd() == fd);
-        *l = kept;
-        gone
-    };
-    if !gone.is_empty() {
-        if let Ok(e) = engine() {
-            e.unwatch(fd);
-        }
-    }
-    // A holder that lets go of a PD (or dies) has no MR left in it for us to import.
-    for h in gone {
-        if let Some(pd) = h.pd.upgrade() {
-            Mr::forget_imports_in(&h.server, &pd);
-        }
-    }
-}
-
-fn holders_of(pd: &Arc<Pd>) -> Vec<(String, RawFd)> {
-    let l = lock(HOLDERS.get());
-    l.iter()
-        .filter(|h| h.pd.upgrade().is_some_and(|p| Arc::ptr_eq(&p, pd)))
-        .map(|h| (h.server.clone(), cmd_fd(&pd.ctx)))
-        .collect()
-}
-
-/// Whether another process holding `pd` uses it (asked at `ibv_dealloc_pd`).
-pub fn busy_elsewhere(pd: &Arc<Pd>) -> bool {
-    let handle = pd.handle();
-    holders_of(pd).iter().any(|(server, cap)| {
-        matches!(call(server, BUSY_PD, handle, *cap), Ok((r, _)) if r.errno == 0 && r.busy != 0)
-    })
-}
-
-/// `pd` was destroyed: every holder is told (and answers) before `ibv_dealloc_pd` returns.
-pub fn destroyed(pd: &Arc<Pd>) {
-    let handle = pd.handle();
-    let gone: Vec<Holder> = {
-        let mut l = lock(HOLDERS.get());
-        let (gone, kept) = std::mem::take(&mut *l)
-            .into_iter()
-            .partition(|h| h.pd.upgrade().is_none_or(|p| Arc::ptr_eq(&p, pd)));
-        *l = kept;
-        gone
-    };
-    let e = engine().ok();
-    for h in gone {
-        if let Some(e) = e {
-            e.unwatch(h.conn.as_raw_fd());
-        }
-        let _ = call(&h.server, DESTROYED_PD, handle, cmd_fd(&pd.ctx));
-    }
-}
-
-// ---- the holder's side ----
-
-/// Our hold on another process's PD: the connection its owner watches. Dropped with the
-/// domain, which lets go of the PD.
-pub struct Held {
-    conn: OwnedFd,
-    owner: String,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Ok(e) = engine() {
-            e.unwatch(self.conn.as_raw_fd());
-        }
-    }
-}
-
-/// Our domains standing for other processes' PDs.
-static DOMAINS: PerProcess<Mutex<Vec<Weak<Pd>>>> = PerProcess::new(|| Mutex::new(Vec::new()));
-/// One import of another process's PD at a time, so two threads make one domain.
-static IMPORTING: Mutex<()> = Mutex::new(());
-
-fn held_domain(ns: u64, handle: u32) -> Option<Arc<Pd>> {
-    let mut l = lock(DOMAINS.get());
-    l.retain(|w| w.strong_count() > 0);
-    l.iter().filter_map(Weak::upgrade).find(|d| d.ctx.ucontext == ns && d.handle() == handle)
-}
-
-/// `ibv_import_device` of a descriptor whose namespace another process owns: `EOPNOTSUPP`
-/// unless its owner answers for it.
-pub fn hello(fd: RawFd) -> Result<()> {
-    let owner = owner_of(fd)?;
-    if owner == server_name()? {
-        return Err(Errno::EOPNOTSUPP); // ours, but its contexts are gone
-    }
-    let (r, _) = call(&owner, HELLO, 0, fd).map_err(|_| Errno::EOPNOTSUPP)?;
-    match r.errno {
-        0 => Ok(()),
-        e => Err(Errno(e as i32)),
-    }
-}
-
-/// `ibv_import_pd` of a PD that another process owns: a PD struct of `ctx` in our domain
-/// standing for it (`EINVAL` if the owner has no such PD).
-pub fn import_pd(ctx: Arc<Context>, handle: u32) -> Result<*mut crate::sys::ibv_pd> {
-    let _one = lock(&IMPORTING);
-    let domain = match held_domain(ctx.ucontext, handle) {
-        Some(d) => d,
-        None => {
-            let owner = owner_of(cmd_fd(&ctx)).map_err(|_| Errno::EINVAL)?;
-            if owner == server_name()? {
-                return Err(Errno::EINVAL);
-            }
-            let (r, conn) = call(&owner, HOLD_PD, handle, cmd_fd(&ctx))?;
-            if r.errno != 0 {
-                return Err(Errno(r.errno as i32));
-            }
-            let (ns, fd) = (ctx.ucontext, conn.as_raw_fd());
-            let d = Pd::remote_domain(ctx.clone(), handle, Held { conn, owner });
-            engine()?.watch(fd, Arc::new(move |_| owner_gone(ns, handle)))?;
-            lock(DOMAINS.get()).push(Arc::downgrade(&d));
-            d
-        }
-    };
-    Pd::import(ctx, domain)
-}
-
-/// The owner destroyed the PD or died: our handles are refused from now on.
-fn owner_gone(ns: u64, handle: u32) {
-    let Some(d) = held_domain(ns, handle) else { return };
-    let Some(h) = &d.remote else { return };
-    if let Ok(e) = engine() {
-        e.unwatch(h.conn.as_raw_fd());
-    }
-    Pd::forget(&d);
-    Mr::forget_imports_in(&h.owner, &d); // it has no MR left in the PD's domain
-}
-
-/// Asks the owner to destroy the PD our domain stands for (our own handles are not in use).
-pub fn destroy(held: &Held, ctx: &Context, handle: u32) -> Result<()> {
-    let (r, _) = call(&held.owner, DESTROY_PD, handle, cmd_fd(ctx))?;
-    match r.errno {
-        0 => Ok(()),
-        e => Err(Errno(e as i32)),
-    }
 }
