@@ -18,13 +18,31 @@ static IMPORTERS: PerProcess<Mutex<Vec<Importer>>> = PerProcess::new(|| Mutex::n
 /// `EXPORT_MR`: the MR `key` in our PD `pd`, its pages on a file we attach.
 pub(super) fn export_mr(conn: &OwnedFd, (ns, pd): (u64, u32), key: u32, from: String) {
     let found = domain_of(ns, pd).ok_or(Errno::EINVAL).and_then(|d| Mr::exportable(&d, key));
-    let exported = found.and_then(|m| {
-        let reg = m.reg();
-        reg.export().map(|(file, offset)| (m, reg, file, offset))
-    });
-    let (mr, reg, file, offset) = match exported {
-        Ok(x) => x,
+    let (mr, reg) = match found {
+        Ok(m) => {
+            let reg = m.reg();
+            (m, reg)
+        }
         Err(e) => return reply(conn, e.0 as u32, false),
+    };
+    // Listed before the pages move, so that a deregistration from now on tells the importer
+    // (which then refuses the import if it comes after), never leaving it a dead key.
+    {
+        let mut l = lock(IMPORTERS.get());
+        l.retain(|i| i.reg.strong_count() > 0);
+        l.push(Importer { reg: Arc::downgrade(&reg), server: from.clone() });
+    }
+    let (file, offset) = match reg.export() {
+        Ok(x) => x,
+        Err(e) => {
+            let mut l = lock(IMPORTERS.get());
+            let mine =
+                l.iter().rposition(|i| i.server == from && i.reg.ptr_eq(&Arc::downgrade(&reg)));
+            if let Some(at) = mine {
+                l.remove(at);
+            }
+            return reply(conn, e.0 as u32, false);
+        }
     };
     let (fd, _, map_len) = file.file();
     let raw = mr.raw.read();
@@ -38,11 +56,6 @@ pub(super) fn export_mr(conn: &OwnedFd, (ns, pd): (u64, u32), key: u32, from: St
         map_len: map_len as u64,
         ..Reply::new(0)
     };
-    {
-        let mut l = lock(IMPORTERS.get());
-        l.retain(|i| i.reg.strong_count() > 0);
-        l.push(Importer { reg: Arc::downgrade(&reg), server: from });
-    }
     send_reply(conn, &r, &[fd]);
 }
 

@@ -27,6 +27,14 @@ pub(super) fn hold(pd: Arc<Pd>, server: String, conn: OwnedFd) {
     lock(HOLDERS.get()).push(Holder { pd: Arc::downgrade(&pd), server, conn: conn.clone() });
     // The holder only ever hangs up on this connection (it lets go, or dies).
     let released = e.watch(fd, Arc::new(move |_| release(fd)));
+    // Destroyed meanwhile (before `destroyed` could see this holder): refused, not held.
+    let released = released.and_then(|()| match objects().pds.contains(pd.raw.as_ptr()) {
+        true => Ok(()),
+        false => {
+            e.unwatch(fd);
+            Err(Errno::EINVAL)
+        }
+    });
     match released {
         Ok(()) => reply(&conn, 0, false),
         Err(err) => {

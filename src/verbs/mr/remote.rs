@@ -114,6 +114,14 @@ impl Mr {
         };
         let reg = {
             let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+            let mut ended = ENDED.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(at) =
+                ended.iter().position(|(e, k)| *k == d.key && *e == exporter_of(&fresh))
+            {
+                ended.remove(at);
+                return Err(Errno::EINVAL); // deregistered while we were importing it
+            }
+            drop(ended);
             match keys.get(&d.key) {
                 Some(r) if same_import(r, &fresh) => r.clone(),
                 Some(_) => return Err(Errno::ENOMEM),
@@ -158,7 +166,21 @@ impl Mr {
     /// The exporter ended its registration `key`: our imports of it are good for
     /// `ibv_unimport_mr` (or a failing `ibv_dereg_mr`) only from now on.
     pub fn forget_import(exporter: &str, key: u32) {
-        forget_where(|i, _| i.exporter == exporter && i.key == key);
+        {
+            // Under the table's lock, as `import_from` checks: an import under way (its key not
+            // in the table yet) finds the word and fails.
+            let keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+            let held =
+                keys.values().any(|r| r.import.as_ref().is_some_and(|i| i.is(exporter, key)));
+            if !held {
+                let mut ended = ENDED.lock().unwrap_or_else(|e| e.into_inner());
+                if ended.len() == ENDED_MAX {
+                    ended.remove(0);
+                }
+                ended.push((exporter.to_owned(), key));
+            }
+        }
+        forget_where(|i, _| i.is(exporter, key));
     }
 
     /// `exporter` let go of the PD `domain` stands for, or is gone: it has no registration in
@@ -177,6 +199,22 @@ fn forget_where(f: impl Fn(&ImportedMem, &Reg) -> bool) {
     };
     for reg in gone {
         drop_key(&reg);
+    }
+}
+
+/// Registrations that ended while no import of ours held their key: an import that was under
+/// way when its exporter said so must not enter the key afterwards. The last few only (an
+/// import is under way for one request's time; keys are random and not soon reused).
+static ENDED: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+const ENDED_MAX: usize = 64;
+
+fn exporter_of(reg: &Reg) -> &str {
+    reg.import.as_ref().map_or("", |i| i.exporter.as_str())
+}
+
+impl ImportedMem {
+    fn is(&self, exporter: &str, key: u32) -> bool {
+        self.exporter == exporter && self.key == key
     }
 }
 
