@@ -128,17 +128,6 @@ fn layout(len: usize, log_align: u32, page: usize) -> Option<(usize, usize)> {
     Some((pages.checked_add(align - page)?, align))
 }
 
-/// A DM handle: random, so that the DMs two processes make in one namespace (one imported the
-/// other's context) do not share one, as the kernel's are unique.
-fn fresh_handle() -> u32 {
-    let mut h: u32 = 0;
-    while h == 0 || objects().dms.values().iter().any(|d| d.raw.read().handle == h) {
-        // SAFETY: getrandom into a valid 4-byte buffer.
-        unsafe { libc::getrandom((&mut h as *mut u32).cast(), 4, 0) };
-    }
-    h
-}
-
 /// `[offset, offset + length)` lies in a DM of `size` bytes (no arithmetic may overflow).
 fn within(size: usize, offset: u64, length: usize) -> bool {
     let end = u64::try_from(length).ok().and_then(|l| offset.checked_add(l));
@@ -191,7 +180,9 @@ impl Dm {
         let mut raw: CBox<ibv_dm> = CBox::zeroed();
         let r = raw.init();
         r.context = ctx.ptr();
-        r.handle = fresh_handle();
+        r.handle = super::fresh_handle(|h| {
+            objects().dms.values().iter().any(|d| d.raw.read().handle == h)
+        });
         r.comp_mask = MASK_HANDLE;
         fill(r);
         let p = raw.as_ptr();

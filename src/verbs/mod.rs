@@ -63,3 +63,16 @@ pub static OBJECTS: Lazy<Objects> = Lazy::new(|| Objects {
 pub fn objects() -> &'static Objects {
     &OBJECTS
 }
+
+/// A random object handle, nonzero, that `taken` does not refuse. Random, not an address or a
+/// count, because processes that import one another's context (`import_remote/`) make objects
+/// in one namespace, where the kernel's handles would be unique: two processes' counters (or
+/// heap addresses, which the same program's ranks often share in their low bits) would meet.
+pub fn fresh_handle(taken: impl Fn(u32) -> bool) -> u32 {
+    let mut h: u32 = 0;
+    while h == 0 || taken(h) {
+        // SAFETY: getrandom into a valid 4-byte buffer.
+        unsafe { libc::getrandom((&mut h as *mut u32).cast(), 4, 0) };
+    }
+    h
+}

@@ -86,7 +86,8 @@ impl Pd {
 
     fn publish(ctx: Arc<Context>, parent: Option<Parent>) -> Result<*mut ibv_pd> {
         let raw: CBox<ibv_pd> = CBox::zeroed();
-        let handle = raw.addr() as u32;
+        let handle =
+            super::fresh_handle(|h| objects().pds.values().iter().any(|d| d.handle() == h));
         Self::publish_as(raw, handle, ctx, parent)
     }
 
