@@ -2,8 +2,8 @@
  * and two MRs of the parent, builds RC QPs on the imported PD and moves data through the
  * imported keys. The bytes must land in, and come from, the parent's own memory:
  *   - a page-aligned region with remote rights (its pages already on the direct path's file),
- *     and an unaligned heap region, also with remote rights (its whole pages on the direct
- *     path's file, which is revoked so that every page it touches moves for the import);
+ *     and a page-aligned heap region with local rights only (its pages move for the import);
+ *     a region that does not start and end on page boundaries is not exported (EOPNOTSUPP);
  *   - a SEND from the first region into a receive in the second: the parent finds its bytes
  *     copied inside its own memory;
  *   - an RDMA WRITE through the first region's rkey: the parent sees it; the parent then writes
@@ -32,11 +32,11 @@
 
 #define PAGE 4096
 #define ALEN (3 * PAGE)
-#define BLEN 10000
+#define BLEN (3 * PAGE)
 #define DMLEN 8192
 
 struct shared {
-	uint32_t pd, pd2, ma, mb, ma_lkey, ma_rkey, mb_lkey, mb_rkey, dm;
+	uint32_t pd, pd2, ma, mb, mc, ma_lkey, ma_rkey, mb_lkey, mb_rkey, dm;
 	uint64_t a, b;
 };
 
@@ -65,14 +65,18 @@ static int child(int fd, int sock)
 	struct ibv_mr *ma = ibv_import_mr(pd, s.ma);
 	CHECK(ma, "ibv_import_mr of the aligned region: %s", strerror(errno));
 	struct ibv_mr *mb = ibv_import_mr(pd, s.mb);
-	CHECK(mb, "ibv_import_mr of the unaligned region: %s", strerror(errno));
+	CHECK(mb, "ibv_import_mr of the second region: %s", strerror(errno));
 	struct ibv_pd *pd2 = ibv_import_pd(ctx, s.pd2);
 	CHECK(pd2, "ibv_import_pd of a second PD: %s", strerror(errno));
 	CHECK(ma->lkey == s.ma_lkey && ma->rkey == s.ma_rkey && ma->length == ALEN && ma->handle == s.ma &&
 		      ma->pd == pd && ma->context == ctx,
 	      "the aligned import's keys, length, handle, PD and context");
-	CHECK(mb->lkey == s.mb_lkey && mb->rkey == s.mb_rkey && mb->length == BLEN, "the unaligned import's");
+	CHECK(mb->lkey == s.mb_lkey && mb->rkey == s.mb_rkey && mb->length == BLEN, "the second import's");
 	printf("ok   imports carry the exporter's keys, length and handle\n");
+	errno = 0;
+	struct ibv_mr *mc = ibv_import_mr(pd, s.mc);
+	CHECK(!mc && errno == EOPNOTSUPP, "ibv_import_mr of a region off page boundaries: %p (%s)", (void *)mc,
+	      strerror(errno));
 
 	struct end x, y;
 	pair(&x, &y, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE, 7);
@@ -152,7 +156,7 @@ static int child(int fd, int sock)
 
 	/* Our dereg of the second import deregisters the parent's MR. */
 	rc = ibv_dereg_mr(mb);
-	CHECK(rc == 0, "ibv_dereg_mr of the unaligned import: %d", rc);
+	CHECK(rc == 0, "ibv_dereg_mr of the second import: %d", rc);
 	errno = 0;
 	struct ibv_mr *again = ibv_import_mr(pd, s.mb);
 	CHECK(!again && errno == EINVAL, "importing the deregistered MR again: %p (%s)", (void *)again,
@@ -181,13 +185,15 @@ int main(int argc, char **argv)
 	CHECK(a != MAP_FAILED, "mmap");
 	for (int i = 0; i < ALEN; i++)
 		a[i] = (unsigned char)(i * 13 + 1);
-	unsigned char *bmem = malloc(BLEN + 64);
-	CHECK(bmem, "malloc");
-	unsigned char *b = bmem + 24; /* not page-aligned */
+	unsigned char *b = aligned_alloc(PAGE, BLEN); /* heap, page-aligned */
+	CHECK(b, "aligned_alloc");
 	memset(b, 0xee, BLEN);
+	unsigned char *cmem = malloc(5000 + 64);
+	CHECK(cmem, "malloc");
 	struct ibv_mr *ma = ibv_reg_mr(pd, a, ALEN, flags);
-	struct ibv_mr *mb = ibv_reg_mr(pd, b, BLEN, flags);
-	CHECK(ma && mb, "ibv_reg_mr");
+	struct ibv_mr *mb = ibv_reg_mr(pd, b, BLEN, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *mc = ibv_reg_mr(pd, cmem + 24, 5000, flags); /* off page boundaries */
+	CHECK(ma && mb && mc, "ibv_reg_mr");
 	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
 	CHECK(pd2, "ibv_alloc_pd");
 	/* Device memory with an MR over it that peers may write (its pages on the direct path's
@@ -202,7 +208,7 @@ int main(int argc, char **argv)
 	struct ibv_mr *pdmr = ibv_reg_dm_mr(pd, dm, 0, DMLEN, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE |
 							       IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	CHECK(pdmr, "ibv_reg_dm_mr: %s", strerror(errno));
-	struct shared s = { pd->handle, pd2->handle, ma->handle, mb->handle, ma->lkey, ma->rkey, mb->lkey, mb->rkey,
+	struct shared s = { pd->handle, pd2->handle, ma->handle, mb->handle, mc->handle, ma->lkey, ma->rkey, mb->lkey, mb->rkey,
 			    dm->handle, (uintptr_t)a, (uintptr_t)b };
 	int sock;
 	pid_t pid = start_child(argv[0], ctx->cmd_fd, &sock);
@@ -255,7 +261,9 @@ int main(int argc, char **argv)
 	b[0] = 2;
 	CHECK(ibv_dereg_mr(pdmr) == 0 && ibv_free_dm(dm) == 0, "our DM's MR and the DM go");
 	munmap(a, ALEN);
-	free(bmem);
+	free(b);
+	CHECK(ibv_dereg_mr(mc) == 0, "ibv_dereg_mr of the region that was not exported");
+	free(cmem);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	printf("PASSED\n");

@@ -66,8 +66,8 @@ int main(void)
     refused(none, page, 0, "PROT_NONE");
     refused(ro, 2 * page, 0, "read-only into PROT_NONE");
     /* Memory nobody has mapped. A page this program just unmapped will not do: another thread
-     * (the library's progress thread runs from ibv_open_device on, and under AddressSanitizer
-     * maps its own memory) may map something there meanwhile, and did. On x86-64 the last page
+     * (the library's threads run from the first PD on, and under AddressSanitizer map their
+     * own memory) may map something there meanwhile, and did. On x86-64 the last page
      * below 2^47 is never mapped (the user address space ends one page short of it). */
 #if defined(__x86_64__)
     refused((void *)((1UL << 47) - page), page, 0, "unmapped");

@@ -166,6 +166,8 @@ impl Dm {
         if a.comp_mask != 0 {
             return Err(Errno::EINVAL);
         }
+        // Other processes given the cmd_fd may import it (best effort, as for a PD).
+        let _ = super::import_remote::start_serving();
         reserve(&ALLOCATED, a.length)?;
         let mem = match DmMem::new(a.length, a.log_align_req) {
             Ok(mut m) => {

@@ -62,6 +62,11 @@ pub fn odp_caps() -> ibv_odp_caps {
     }
 }
 
+/// Whether `addr` is at the start of a page.
+pub fn is_page_aligned(addr: usize) -> bool {
+    addr % page_size() == 0
+}
+
 fn page_size() -> usize {
     // SAFETY: sysconf is always safe to call.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize

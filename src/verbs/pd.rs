@@ -81,6 +81,9 @@ const PD_CONTEXT: u32 = ibv_parent_domain_init_attr_mask::IBV_PARENT_DOMAIN_INIT
 
 impl Pd {
     pub fn alloc(ctx: Arc<Context>) -> Result<*mut ibv_pd> {
+        // Other processes given the cmd_fd may import it from now on (best effort: the PD
+        // works without).
+        let _ = import_remote::start_serving();
         Self::publish(ctx, None)
     }
 

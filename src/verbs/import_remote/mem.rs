@@ -133,7 +133,7 @@ pub(super) fn export_dm(conn: &OwnedFd, ns: u64, handle: u32) {
 /// none with `handle`, or if we are that process).
 pub fn import_dm(ctx: Arc<Context>, handle: u32, fill: fn(&mut ibv_dm)) -> Result<*mut ibv_dm> {
     let owner = owner_of(cmd_fd(&ctx)).map_err(|_| Errno::EINVAL)?;
-    if owner == server_name()? {
+    if owner == server_name() {
         return Err(Errno::EINVAL);
     }
     let (r, _, mut fds) = call_on(&owner, (EXPORT_DM, handle, 0), cmd_fd(&ctx))?;

@@ -107,36 +107,50 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// This process's server: its name, chosen once per process (a forked child has its own), and
+/// the acceptor once it serves.
 struct Server {
     name: String,
-    _acceptor: Acceptor,
+    acceptor: Option<Acceptor>,
 }
 
-/// This process's server (a forked child starts its own).
-static SERVER: PerProcess<Mutex<Option<Arc<Server>>>> = PerProcess::new(|| Mutex::new(None));
-
-/// The name of this process's server, started on first use.
-pub fn server_name() -> Result<String> {
-    let mut s = lock(SERVER.get());
-    if let Some(s) = &*s {
-        return Ok(s.name.clone());
-    }
+static SERVER: PerProcess<Mutex<Server>> = PerProcess::new(|| {
     let mut nonce: u32 = 0;
     // SAFETY: getrandom into a valid 4-byte buffer.
     unsafe { libc::getrandom((&mut nonce as *mut u32).cast(), 4, 0) };
     // The nonce keeps two processes with one pid (pid namespaces sharing a network
     // namespace) apart.
-    let name = format!("rdmashim-ns-{}-{nonce:08x}", std::process::id());
-    let listener = Arc::new(unix::listen(&name)?);
-    let acceptor = Acceptor::start(listener, Box::new(serve))?;
-    *s = Some(Arc::new(Server { name: name.clone(), _acceptor: acceptor }));
-    Ok(name)
+    Mutex::new(Server {
+        name: format!("rdmashim-ns-{}-{nonce:08x}", std::process::id()),
+        acceptor: None,
+    })
+});
+
+/// The name of this process's server (it may not serve yet).
+pub fn server_name() -> String {
+    lock(SERVER.get()).name.clone()
 }
 
-/// The content of a new context's `cmd_fd`: our server's name, or nothing if it cannot start
-/// (the context works; other processes cannot import from it).
+/// Starts serving, once: at the first PD or DM (what other processes import; a program that
+/// only opens a device, such as `ibv_devinfo`, starts no thread), and before we ask another
+/// process anything it may ask back. A copy of us loaded into another link-map namespace (a
+/// stand-in for the native library, in tests) does not serve: two C libraries in one process
+/// do not bear threads started behind the application's back.
+pub fn start_serving() -> Result<()> {
+    if crate::provider::native::inside_another_namespace() {
+        return Ok(());
+    }
+    let mut s = lock(SERVER.get());
+    if s.acceptor.is_none() {
+        let listener = Arc::new(unix::listen(&s.name)?);
+        s.acceptor = Some(Acceptor::start(listener, Box::new(serve))?);
+    }
+    Ok(())
+}
+
+/// The content of a new context's `cmd_fd`: our server's name.
 pub fn owner_token() -> Vec<u8> {
-    server_name().map(String::into_bytes).unwrap_or_default()
+    server_name().into_bytes()
 }
 
 /// The owner's server named in a `cmd_fd`, or `EOPNOTSUPP` if it names none.
@@ -168,7 +182,8 @@ fn call(to: &str, op: u32, handle: u32, cap: RawFd) -> Result<(Reply, OwnedFd)> 
 
 /// [`call`] of `(op, handle, pd)`, with the descriptors the answer carries.
 fn call_on(to: &str, (op, handle, pd): (u32, u32, u32), cap: RawFd) -> Result<Answer> {
-    let me = server_name()?;
+    start_serving()?; // the process we ask may ask us back
+    let me = server_name();
     let mut req = Request { magic: MAGIC, op, handle, pd, from_len: 0, from: [0; NAME_MAX] };
     req.from_len = me.len().min(NAME_MAX) as u32;
     req.from[..req.from_len as usize].copy_from_slice(&me.as_bytes()[..req.from_len as usize]);

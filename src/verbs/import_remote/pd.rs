@@ -130,16 +130,18 @@ pub(super) fn held_domain(ns: u64, handle: u32) -> Option<Arc<Pd>> {
 }
 
 /// `ibv_import_device` of a descriptor whose namespace another process owns: `EOPNOTSUPP`
-/// unless its owner answers for it.
+/// unless its owner answers for it, or does not serve yet (it serves from its first PD or DM
+/// on, which is all there is to import).
 pub fn hello(fd: RawFd) -> Result<()> {
     let owner = owner_of(fd)?;
-    if owner == server_name()? {
+    if owner == server_name() {
         return Err(Errno::EOPNOTSUPP); // ours, but its contexts are gone
     }
-    let (r, _) = call(&owner, HELLO, 0, fd).map_err(|_| Errno::EOPNOTSUPP)?;
-    match r.errno {
-        0 => Ok(()),
-        e => Err(Errno(e as i32)),
+    match call(&owner, HELLO, 0, fd) {
+        Ok((r, _)) if r.errno == 0 => Ok(()),
+        Ok((r, _)) => Err(Errno(r.errno as i32)),
+        Err(e) if e == Errno::ECONNREFUSED => Ok(()),
+        Err(_) => Err(Errno::EOPNOTSUPP),
     }
 }
 
@@ -151,7 +153,7 @@ pub fn import_pd(ctx: Arc<Context>, handle: u32) -> Result<*mut crate::sys::ibv_
         Some(d) => d,
         None => {
             let owner = owner_of(cmd_fd(&ctx)).map_err(|_| Errno::EINVAL)?;
-            if owner == server_name()? {
+            if owner == server_name() {
                 return Err(Errno::EINVAL);
             }
             let (r, conn) = call(&owner, HOLD_PD, handle, cmd_fd(&ctx))?;

@@ -1,5 +1,5 @@
 //! MRs shared with another process (`ibv_import_mr` there; the requests are in
-//! `verbs/import_remote/`). The exporter puts every page the region touches on a memfd, which
+//! `verbs/import_remote/`). The exporter puts the region's pages on a memfd, which
 //! the importer maps; the importer enters the exporter's key in its own key table, addressing
 //! the mapping from the exporter's iova, so its SGEs and its peers' rkeys name the region as
 //! the exporter's do. Both processes then reach the same pages.
@@ -36,9 +36,9 @@ pub struct Described {
 
 impl Reg {
     /// The file another process maps to reach this region, and where the region starts in it:
-    /// the direct path's file if it holds the whole region, else a file of every page the
-    /// region touches (the direct path's, if any, is revoked first: its pages move again).
-    /// `EOPNOTSUPP` for regions that are not plain memory of ours, `EINVAL` once deregistered.
+    /// the direct path's file if it holds the whole region, else a new file of its pages.
+    /// `EOPNOTSUPP` for a region that does not start and end on page boundaries (unless the
+    /// direct path's file holds it) or is not plain memory of ours; `EINVAL` once deregistered.
     pub fn export(&self) -> Result<(Arc<dyn SharedRegion>, usize)> {
         let plain = self.null.is_none() && self.window.is_none() && self.dm.is_none();
         if !plain || self.import.is_some() || self.len == 0 || self.access & ACCESS_ON_DEMAND != 0 {
@@ -55,12 +55,19 @@ impl Reg {
             Export::Retired => return Err(Errno::EINVAL),
             Export::None => {}
         }
+        if let Some(found) = self.share.as_ref().and_then(within) {
+            *e = Export::To(found.0.clone());
+            return Ok(found);
+        }
+        // Only whole pages: the bytes that share a page with the region are the program's, and
+        // moving them would copy what a checker (AddressSanitizer) rightly calls out of bounds.
+        if !(super::super::pages::is_page_aligned(self.addr)
+            && super::super::pages::is_page_aligned(self.addr + self.len))
+        {
+            return Err(Errno::EOPNOTSUPP);
+        }
         if let Some(s) = &self.share {
-            if let Some(found) = within(s) {
-                *e = Export::To(s.clone());
-                return Ok(found);
-            }
-            s.revoke();
+            s.revoke(); // its pages move again, with the rest
         }
         let s = self.pd.ctx.provider.export_memory(self.addr, self.len, self.access)?;
         let found = within(&s).ok_or(Errno::EOPNOTSUPP)?;

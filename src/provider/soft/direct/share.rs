@@ -93,10 +93,11 @@ impl SharedMem {
         Self::move_pages(base, end, remote_base, access)
     }
 
-    /// Moves every page that `[addr, addr + len)` touches onto a new memfd, partial pages at its
-    /// ends included: for another process that was handed the region's context (an
-    /// `ibv_import_mr` across processes), never for a peer, which must not reach the other
-    /// data on those pages. Peers never get it (`remote_base` 0).
+    /// Moves every page that `[addr, addr + len)` touches onto a new memfd, a partial last page
+    /// included (a DM's, whose tail is the library's own mapping; verbs exports MRs on page
+    /// boundaries only): for another process that was handed the region's context (an
+    /// `ibv_import_mr` or `ibv_import_dm` across processes). Peers never get it (`remote_base`
+    /// 0).
     pub fn create_span(addr: usize, len: usize, access: u32) -> Result<Arc<SharedMem>, NotShared> {
         let page = page_size();
         let base = addr / page * page;
