@@ -187,14 +187,8 @@ impl Pd {
             Some(w) if w.imported => w.pd.clone(),
             _ => pd.clone(),
         };
-        let imports: Vec<Arc<Pd>> = objects()
-            .pds
-            .values()
-            .into_iter()
-            .filter(|x| {
-                x.parent.as_ref().is_some_and(|w| w.imported && Arc::ptr_eq(&w.pd, &object))
-            })
-            .collect();
+        let imports: Vec<Arc<Pd>> =
+            Self::handles_of(&object).into_iter().filter(|x| !Arc::ptr_eq(x, &object)).collect();
         if Self::in_use(&object) {
             return Err(Errno::EBUSY);
         }

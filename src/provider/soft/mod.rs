@@ -83,19 +83,9 @@ impl Provider for Soft {
         if !direct::enabled() {
             return None;
         }
-        match direct::share::SharedMem::create(addr, len, iova, access) {
-            Ok(s) => {
-                crate::trace::note(format_args!(
-                    "region {addr:#x}+{len}: pages {:#x}+{} on a memfd, direct path for peers",
-                    s.base, s.len
-                ));
-                Some(s)
-            }
-            Err(why) => {
-                crate::trace::note(format_args!("region {addr:#x}+{len}: copy path ({why:?})"));
-                None
-            }
-        }
+        let shared = direct::share::SharedMem::create(addr, len, iova, access);
+        trace_move((addr, len), &shared, "direct path for peers", "copy path");
+        shared.ok().map(|s| s as Arc<dyn crate::provider::SharedRegion>)
     }
 
     fn export_memory(
@@ -104,18 +94,28 @@ impl Provider for Soft {
         len: usize,
         access: u32,
     ) -> Result<Arc<dyn crate::provider::SharedRegion>> {
-        match direct::share::SharedMem::create_span(addr, len, access) {
-            Ok(s) => {
-                crate::trace::note(format_args!(
-                    "region {addr:#x}+{len}: pages {:#x}+{} on a memfd for another process",
-                    s.base, s.len
-                ));
-                Ok(s)
-            }
-            Err(why) => {
-                crate::trace::note(format_args!("region {addr:#x}+{len}: not exported ({why:?})"));
-                Err(crate::errno::Errno::EOPNOTSUPP)
-            }
+        let shared = direct::share::SharedMem::create_span(addr, len, access);
+        trace_move((addr, len), &shared, "for another process", "not exported");
+        match shared {
+            Ok(s) => Ok(s),
+            Err(_) => Err(crate::errno::Errno::EOPNOTSUPP),
         }
+    }
+}
+
+/// The trace line saying whether a region's pages moved onto a memfd (and `why` they did) or
+/// not (`kept`, and the reason).
+fn trace_move(
+    (addr, len): (usize, usize),
+    r: &std::result::Result<Arc<direct::share::SharedMem>, direct::share::NotShared>,
+    why: &str,
+    kept: &str,
+) {
+    match r {
+        Ok(s) => crate::trace::note(format_args!(
+            "region {addr:#x}+{len}: pages {:#x}+{} on a memfd, {why}",
+            s.base, s.len
+        )),
+        Err(e) => crate::trace::note(format_args!("region {addr:#x}+{len}: {kept} ({e:?})")),
     }
 }

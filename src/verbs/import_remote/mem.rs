@@ -62,19 +62,11 @@ pub(super) fn export_mr(conn: &OwnedFd, (ns, pd): (u64, u32), key: u32, from: St
 /// Our registration `reg` (key `key`) ended: every importer drops the key before
 /// `ibv_dereg_mr` returns.
 pub fn mr_gone(reg: &Arc<Reg>, key: u32) {
-    let gone: Vec<Importer> = {
-        let mut l = lock(IMPORTERS.get());
-        if l.is_empty() {
-            return;
-        }
-        let (gone, kept) = std::mem::take(&mut *l)
-            .into_iter()
-            .partition(|i| i.reg.upgrade().is_none_or(|r| Arc::ptr_eq(&r, reg)));
-        *l = kept;
-        gone
-    };
+    // This registration's importers, and those of registrations gone since (dropped unasked).
+    let gone =
+        take_where(IMPORTERS.get(), |i| i.reg.upgrade().is_none_or(|r| Arc::ptr_eq(&r, reg)));
     let cap = cmd_fd(&reg.pd.ctx);
-    for i in gone.iter().filter(|i| i.reg.upgrade().is_some_and(|r| Arc::ptr_eq(&r, reg))) {
+    for i in gone.iter().filter(|i| i.reg.strong_count() > 0) {
         let _ = call(&i.server, DEREGED_MR, key, cap);
     }
 }

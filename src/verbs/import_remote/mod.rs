@@ -107,6 +107,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Takes the entries `f` picks out of the list `m` (holders, importers), keeping the rest.
+fn take_where<T>(m: &Mutex<Vec<T>>, f: impl FnMut(&T) -> bool) -> Vec<T> {
+    let mut l = lock(m);
+    let (gone, kept) = std::mem::take(&mut *l).into_iter().partition(f);
+    *l = kept;
+    gone
+}
+
 /// This process's server: its name, chosen once per process (a forked child has its own), and
 /// the acceptor once it serves.
 struct Server {

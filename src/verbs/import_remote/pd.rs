@@ -28,12 +28,12 @@ pub(super) fn hold(pd: Arc<Pd>, server: String, conn: OwnedFd) {
     // The holder only ever hangs up on this connection (it lets go, or dies).
     let released = e.watch(fd, Arc::new(move |_| release(fd)));
     // Destroyed meanwhile (before `destroyed` could see this holder): refused, not held.
-    let released = released.and_then(|()| match objects().pds.contains(pd.raw.as_ptr()) {
-        true => Ok(()),
-        false => {
-            e.unwatch(fd);
-            Err(Errno::EINVAL)
+    let released = released.and_then(|()| {
+        if objects().pds.contains(pd.raw.as_ptr()) {
+            return Ok(());
         }
+        e.unwatch(fd);
+        Err(Errno::EINVAL)
     });
     match released {
         Ok(()) => reply(&conn, 0, false),
@@ -45,13 +45,7 @@ pub(super) fn hold(pd: Arc<Pd>, server: String, conn: OwnedFd) {
 }
 
 fn release(fd: RawFd) {
-    let gone: Vec<Holder> = {
-        let mut l = lock(HOLDERS.get());
-        let (gone, kept) =
-            std::mem::take(&mut *l).into_iter().partition(|h| h.conn.as_raw_fd() == fd);
-        *l = kept;
-        gone
-    };
+    let gone = take_where(HOLDERS.get(), |h| h.conn.as_raw_fd() == fd);
     if !gone.is_empty() {
         if let Ok(e) = engine() {
             e.unwatch(fd);
@@ -84,14 +78,7 @@ pub fn busy_elsewhere(pd: &Arc<Pd>) -> bool {
 /// `pd` was destroyed: every holder is told (and answers) before `ibv_dealloc_pd` returns.
 pub fn destroyed(pd: &Arc<Pd>) {
     let handle = pd.handle();
-    let gone: Vec<Holder> = {
-        let mut l = lock(HOLDERS.get());
-        let (gone, kept) = std::mem::take(&mut *l)
-            .into_iter()
-            .partition(|h| h.pd.upgrade().is_none_or(|p| Arc::ptr_eq(&p, pd)));
-        *l = kept;
-        gone
-    };
+    let gone = take_where(HOLDERS.get(), |h| h.pd.upgrade().is_none_or(|p| Arc::ptr_eq(&p, pd)));
     let e = engine().ok();
     for h in gone {
         if let Some(e) = e {
