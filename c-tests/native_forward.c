@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/single_threaded.h>
 #include <unistd.h>
 
 #include "rc_pair.h" /* CHECK, to_rts, the ctx and pd the helpers use */
@@ -322,6 +323,12 @@ int main(int argc, char **argv) {
   struct ibv_device **list = ibv_get_device_list(&n);
   CHECK(list && n == (both ? 2 : 1), "%d device(s) (got %d)", both ? 2 : 1, n);
   CHECK(list[n] == NULL, "the list ends in NULL");
+  /* The native library runs with a libc of its own, and may start threads there (the
+     stand-in does). This program starts none, yet our libc must count the process as
+     multi-threaded from now on: its malloc locks only then, and the dynamic linker allocates
+     those threads' TLS blocks with it. */
+  if (native)
+    CHECK(!__libc_single_threaded, "the base libc knows that threads exist");
   for (int i = 0; i < n; i++)
     CHECK(!strcmp(ibv_get_device_name(list[i]), "soft0"), "device %d's name %s", i,
           ibv_get_device_name(list[i]));

@@ -266,6 +266,23 @@ fn load(path: &str, lmid: libc::Lmid_t) -> Result<usize, String> {
     Ok(h as usize)
 }
 
+/// Makes the base namespace's libc count the process as multi-threaded, before the library
+/// loaded into a namespace of its own (with a libc of its own) can start threads there.
+///
+/// glibc keeps "single-threaded" per copy of libc, and only that copy's `pthread_create`
+/// clears it. The dynamic linker allocates threads' TLS blocks with the base libc's `malloc`,
+/// from any thread, and that `malloc` takes no lock while its copy believes the process
+/// single-threaded. A program that starts no thread itself, with a native library that does
+/// (our stand-in in `tests/tools/passthrough.py` starts its progress thread), thus had two
+/// threads in the base heap without its lock: about 1 in 100 traced rdma_server/rdma_client
+/// runs under passthrough aborted in `malloc` or faulted on a TLS block from freed memory.
+/// One thread started and joined here, through the base libc, clears the flag for good.
+fn tell_our_libc_threads_exist() {
+    if let Ok(t) = std::thread::Builder::new().name("rdmashim-mt".into()).spawn(|| ()) {
+        let _ = t.join();
+    }
+}
+
 /// Loads rdma-core once: libibverbs in a new namespace, librdmacm beside it (optional: a
 /// machine may have verbs only).
 pub fn library() -> Result<&'static Library, String> {
@@ -279,6 +296,7 @@ pub fn library() -> Result<&'static Library, String> {
             .iter()
             .find(|d| std::path::Path::new(&format!("{d}/libibverbs.so.1")).exists())
             .ok_or_else(|| format!("no libibverbs.so.1 in {}", dirs.join(", ")))?;
+        tell_our_libc_threads_exist();
         let verbs = load(&format!("{dir}/libibverbs.so.1"), libc::LM_ID_NEWLM)?;
         let mut lmid: libc::Lmid_t = 0;
         // SAFETY: a live handle; RTLD_DI_LMID writes one Lmid_t.
