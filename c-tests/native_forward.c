@@ -207,6 +207,11 @@ static void run_device(struct ibv_device *dev, int stand_in_objects, const char 
 
   pd = ibv_alloc_pd(ctx);
   CHECK(pd, "ibv_alloc_pd");
+  /* A failed call's errno reaches the program, whichever libc the library that failed it
+     runs with (the native library's namespace has its own). */
+  errno = 0;
+  CHECK(!ibv_create_cq(ctx, -1, NULL, NULL, 0) && errno == EINVAL,
+        "ibv_create_cq with cqe -1: NULL with EINVAL (errno %d)", errno);
   struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
   CHECK(ch && fcntl(ch->fd, F_GETFD) >= 0, "completion channel with a real fd");
   struct side s[2];
@@ -345,6 +350,11 @@ int main(int argc, char **argv) {
   CHECK(ec && fcntl(ec->fd, F_GETFD) >= 0, "rdma_create_event_channel with a real fd");
   struct rdma_cm_id *id;
   CHECK(!rdma_create_id(ec, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
+  /* 203.0.113.7 (TEST-NET-3) is no address of this host. */
+  struct sockaddr_in away = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0xcb007107)};
+  errno = 0;
+  CHECK(rdma_bind_addr(id, (struct sockaddr *)&away) == -1 && errno == EADDRNOTAVAIL,
+        "rdma_bind_addr to an address not ours: -1 with EADDRNOTAVAIL (errno %d)", errno);
   struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
   CHECK(!rdma_bind_addr(id, (struct sockaddr *)&sin), "rdma_bind_addr");
   CHECK(id->verbs != NULL, "the bound id has its device's context");

@@ -26,6 +26,7 @@
 //! own, so the data path that programs inline (`qp->context->ops.post_send`) reaches its ops
 //! with no hop through us.
 
+use crate::errno::Errno;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io::Write;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -181,6 +182,39 @@ impl Library {
 pub fn function(name: &CStr) -> Option<*mut c_void> {
     let p = library().ok()?.find(name);
     (!p.is_null()).then_some(p)
+}
+
+/// Runs `call`, a call into the native library, with one `errno` for the program and the
+/// library: the library's namespace has a libc of its own, whose `errno` the program never
+/// reads. The library's starts as the program's (a call that leaves it alone leaves it as it
+/// was) and the program's ends as the library's (the `errno` of a failed `rdma_*` call, a NULL
+/// from `ibv_reg_mr` …), as if the two were one libc.
+pub fn with_one_errno<T>(call: impl FnOnce() -> T) -> T {
+    let Some(theirs) = native_errno() else { return call() };
+    // SAFETY: `theirs` is the native libc's `__errno_location`, which returns this thread's
+    // `errno` in that libc, a live int for as long as the thread runs.
+    unsafe { *theirs() = Errno::last_raw() };
+    let r = call();
+    // SAFETY: as above, on the same thread.
+    Errno(unsafe { *theirs() }).set();
+    r
+}
+
+type ErrnoLocation = unsafe extern "C" fn() -> *mut c_int;
+
+/// The native namespace's `__errno_location`, looked up once (through libibverbs' own
+/// dependencies, which are that namespace's libc); `None` if the library is not loaded.
+fn native_errno() -> Option<ErrnoLocation> {
+    static LOC: OnceLock<usize> = OnceLock::new();
+    let p = *LOC.get_or_init(|| match library() {
+        Ok(l) if l.verbs != 0 => {
+            // SAFETY: a live handle from dlmopen (never closed); the name is NUL-terminated.
+            unsafe { libc::dlsym(l.verbs as *mut c_void, c"__errno_location".as_ptr()) as usize }
+        }
+        _ => 0,
+    });
+    // SAFETY: glibc's `__errno_location` has this signature (errno.h).
+    (p != 0).then(|| unsafe { std::mem::transmute::<usize, ErrnoLocation>(p) })
 }
 
 /// [`function`] when both libraries are in use (`both`), for the calls that go to both.
