@@ -57,6 +57,6 @@ def run_netns(run):
         fixture.require()
     except fixture.Skip as e:
         print(f"run: SKIP: {e}", flush=True)
-        return "skip", [], ""
+        return "skip", [], ("", "")
     with fixture.Fixture(hosts=2) as fx:
         return run(Placement(fx))

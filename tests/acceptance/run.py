@@ -354,9 +354,25 @@ def runtime_load_check(loaded, mode, build_dir):
     return problems, lines
 
 
+def known_failure(sc, client_out, server_out):
+    """What a failed run hit that is the program's own doing (programs.py), or None: a known
+    race in the client's output (`rerun_on`), or a failure of the program's own measurement in
+    either side's (`rerun_on_own_failure`)."""
+    if sc.rerun_on and re.search(sc.rerun_on, client_out, re.M):
+        return "the client hit a known race of the program"
+    if sc.rerun_on_own_failure and re.search(sc.rerun_on_own_failure,
+                                             client_out + "\n" + server_out, re.M):
+        return "the program's own measurement failed"
+    return None
+
+
+def known_rx(sc, known):
+    return sc.rerun_on if known.startswith("the client") else sc.rerun_on_own_failure
+
+
 def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place=None):
-    """Runs the scenario once. Returns (status, problems, last client output); status is
-    'pass', 'fail' or 'skip'."""
+    """Runs the scenario once. Returns (status, problems, (last client output, server output));
+    status is 'pass', 'fail' or 'skip'."""
     place = place or placement.Placement()
     netns = place.fx is not None
     if sc.rerun_on and sanitizer_env.runtime_preload(build_dir):
@@ -365,7 +381,7 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
         # every time, so the pair cannot run here. The ordinary tree runs it.
         log(f"SKIP: {sc.name} hits the program's own race (rerun_on) nearly every time under "
             "a sanitizer; it runs in the ordinary tree")
-        return "skip", [], ""
+        return "skip", [], ("", "")
     # Fresh namespaces have every port free: the table's ports are used there.
     port = pick_port(sc, mode, fixed_ports or netns)
     tmp = tempfile.mkdtemp(prefix=f"rdmashim-acc-{sc.name}-{mode}-")
@@ -387,7 +403,7 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
     env, changes, problems = mode_env(mode, build_dir)
     if problems:
         shutil.rmtree(tmp, ignore_errors=True)
-        return "fail", problems, ""
+        return "fail", problems, ("", "")
     log(f"scenario {sc.name} ({sc.title}), mode {mode}" + (" across namespaces" if netns else ""))
     print(f"server: {shell_line(changes, [os.path.basename(server_argv[0])] + server_argv[1:])}")
     print(f"client: {shell_line(changes, [os.path.basename(client_argv[0])] + client_argv[1:])}")
@@ -398,7 +414,7 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
         print(n)
     if problems:
         shutil.rmtree(tmp, ignore_errors=True)
-        return "fail", problems, ""
+        return "fail", problems, ("", "")
 
     server_out = os.path.join(tmp, "server.out")
     t0 = time.monotonic()
@@ -535,7 +551,8 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
         print(line)
     shutil.rmtree(tmp, ignore_errors=True)
     log(f"{sc.name} {mode}: {elapsed:.2f} s")
-    return ("fail" if problems else "pass"), problems, (attempts[-1][2] if attempts else "")
+    client_text = attempts[-1][2] if attempts else ""
+    return ("fail" if problems else "pass"), problems, (client_text, srv_text)
 
 
 def list_scenarios(xfail):
@@ -600,19 +617,19 @@ def main():
             for n in range(1, args.repeat + 1):
                 for rerun in range(sc.reruns + 1):
                     if args.netns:
-                        status, problems, client_out = placement.run_netns(
+                        status, problems, outs = placement.run_netns(
                             lambda place: run_scenario(sc, mode, build_dir, cap, place=place))
                     else:
                         with HostLock(sc.host_lock):
-                            status, problems, client_out = run_scenario(sc, mode, build_dir, cap,
-                                                                        args.fixed_ports)
-                    if status != "fail" or not sc.rerun_on or rerun == sc.reruns \
-                            or not re.search(sc.rerun_on, client_out, re.M):
+                            status, problems, outs = run_scenario(sc, mode, build_dir, cap,
+                                                                  args.fixed_ports)
+                    known = known_failure(sc, *outs) if status == "fail" else None
+                    if known is None or rerun == sc.reruns:
                         break
                     for p in problems:
                         log(f"FAIL: {p}")
-                    log(f"RERUN {sc.name} {mode}: the client hit a known race of the program "
-                        f"(/{sc.rerun_on}/), see programs.py; running the scenario again")
+                    log(f"RERUN {sc.name} {mode}: {known} (/{known_rx(sc, known)}/), see "
+                        "programs.py; running the scenario again")
                     reruns.append(f"{sc.name} {mode}")
                 for p in problems:
                     log(f"FAIL: {p}")
@@ -635,7 +652,7 @@ def main():
         for name, mode, n, verdict in results:
             print(f"{verdict:6} {name} {mode}" + (f" run {n}" if args.repeat > 1 else ""))
     if reruns:
-        log(f"{len(reruns)} rerun(s) after a known race: {', '.join(reruns)}")
+        log(f"{len(reruns)} rerun(s) after a known failure of the program itself: {', '.join(reruns)}")
     verdicts = {r[3] for r in results}
     if verdicts & {"FAIL", "XPASS"}:
         return 1
