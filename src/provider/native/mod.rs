@@ -195,7 +195,8 @@ pub fn with_one_errno<T>(call: impl FnOnce() -> T) -> T {
     // `errno` in that libc, a live int for as long as the thread runs.
     unsafe { *theirs() = Errno::last_raw() };
     let r = call();
-    // SAFETY: as above, on the same thread.
+    // SAFETY: the native libc's `__errno_location` again, on the thread that made the call:
+    // it returns that thread's live `errno` in that libc.
     Errno(unsafe { *theirs() }).set();
     r
 }

@@ -17,9 +17,9 @@ use crate::sys::ibv_wc_status::*;
 /// Unacknowledged packets in flight at most, and how often the responder ACKs unasked. A
 /// 1 MiB message is 1024 packets at a 1024-byte path MTU, and an ACK comes back only after the
 /// receiver has worked through the packets ahead of it: 128 in flight was too few for that
-/// round trip (1 MiB `ib_send_bw` and `ib_write_bw` 15-25% slower than with 512, medians
-/// of five interleaved runs; docs/PERFORMANCE.md), as root and as a user whose socket buffers
-/// Debian's default `rmem_max` caps at 416 KiB. Loss shrinks the window (the engine's cwnd).
+/// round trip (1 MiB `ib_send_bw` and `ib_write_bw` across a veth 15-25% slower than with
+/// 512, medians of interleaved runs), as root and as a user whose socket buffers Debian's
+/// default `rmem_max` caps at 416 KiB. Loss shrinks the window (the engine's cwnd).
 const WINDOW: u32 = 512;
 const ACK_EVERY: u32 = 16;
 /// The engine's send queue: the device's `max_qp_wr` (verbs admits no more).
