@@ -305,6 +305,16 @@ static void run_device(struct ibv_device *dev, int stand_in_objects, const char 
   CHECK(!ibv_close_device(ctx), "ibv_close_device");
 }
 
+/* The `__environ` of the libc in the native library's namespace (the only one besides ours). */
+static char ***native_environ(void) {
+  for (Lmid_t id = 1; id < 16; id++) {
+    void *h = dlmopen(id, "libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
+    if (h)
+      return (char ***)dlsym(h, "__environ");
+  }
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc != 3 ||
@@ -332,11 +342,25 @@ int main(int argc, char **argv) {
      stand-in does). This program starts none, yet our libc must count the process as
      multi-threaded from now on: its malloc locks only then, and the dynamic linker allocates
      those threads' TLS blocks with it. */
-  if (native)
+  if (native) {
     CHECK(!__libc_single_threaded, "the base libc knows that threads exist");
+    /* Enough setenv to move the environment array (and free the old one): the native
+       library's getenv must read the array as it is now, not the one it was loaded with. */
+    for (int i = 0; i < 64; i++) {
+      char key[32];
+      snprintf(key, sizeof key, "NATIVE_FORWARD_%d", i);
+      setenv(key, "1", 1);
+    }
+  }
   for (int i = 0; i < n; i++)
     CHECK(!strcmp(ibv_get_device_name(list[i]), "soft0"), "device %d's name %s", i,
           ibv_get_device_name(list[i]));
+  if (native) {
+    char ***theirs = native_environ();
+    CHECK(theirs && *theirs == environ,
+          "after a forwarded call the native libc's environ is ours (%p, ours %p)",
+          theirs ? (void *)*theirs : NULL, (void *)environ);
+  }
   if (both) {
     /* The native library's device first, then ours; each call goes where its object lives. */
     run_device(list[0], 1, stand_in, traced);

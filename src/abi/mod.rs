@@ -280,7 +280,7 @@ macro_rules! entry {
                     let r = $crate::entry_body!($name($($arg),*) -> $crate::abi::Forward<$conv> {
                         // SAFETY: the caller's arguments, passed on unchanged under the contract
                         // the native function has (the same man page).
-                        Ok($crate::provider::native::with_one_errno(|| unsafe { f($($arg),*) }))
+                        Ok($crate::provider::native::as_one_libc(|| unsafe { f($($arg),*) }))
                     });
                     // `then`: a hook that looks at what the native call made (`native_trace`).
                     // SAFETY: the hook gets the native call's result (NULL, an error or a

@@ -184,38 +184,68 @@ pub fn function(name: &CStr) -> Option<*mut c_void> {
     (!p.is_null()).then_some(p)
 }
 
-/// Runs `call`, a call into the native library, with one `errno` for the program and the
-/// library: the library's namespace has a libc of its own, whose `errno` the program never
-/// reads. The library's starts as the program's (a call that leaves it alone leaves it as it
-/// was) and the program's ends as the library's (the `errno` of a failed `rdma_*` call, a NULL
-/// from `ibv_reg_mr` …), as if the two were one libc.
-pub fn with_one_errno<T>(call: impl FnOnce() -> T) -> T {
-    let Some(theirs) = native_errno() else { return call() };
-    // SAFETY: `theirs` is the native libc's `__errno_location`, which returns this thread's
+/// Runs `call`, a call into the native library, as if the program and the library shared one
+/// libc: the library's namespace has a copy of its own, whose `errno` the program never reads
+/// and whose `environ` is the array the program had when the library was loaded.
+/// * `errno`: the library's starts as the program's (a call that leaves it alone leaves it as
+///   it was) and the program's ends as the library's (the `errno` of a failed `rdma_*` call,
+///   a NULL from `ibv_reg_mr` …).
+/// * `environ`: the library's is the program's current array. A `setenv` since the load may
+///   have moved the array and freed the old one, which the library's `getenv` (rdma-core reads
+///   its variables when it opens a device or starts librdmacm) would otherwise read.
+pub fn as_one_libc<T>(call: impl FnOnce() -> T) -> T {
+    let Some(theirs) = native_libc() else { return call() };
+    extern "C" {
+        static mut environ: *mut *mut c_char;
+    }
+    // SAFETY: `theirs.environ` is the address of the native libc's `__environ`, a pointer-sized
+    // global that lives as long as the library (never unloaded); ours is read by value, and
+    // `setenv` racing with this call is the program's own race, as with one libc.
+    unsafe { *theirs.environ = environ };
+    // SAFETY: `errno_at` is the native libc's `__errno_location`, which returns this thread's
     // `errno` in that libc, a live int for as long as the thread runs.
-    unsafe { *theirs() = Errno::last_raw() };
+    unsafe { *(theirs.errno_at)() = Errno::last_raw() };
     let r = call();
     // SAFETY: the native libc's `__errno_location` again, on the thread that made the call:
     // it returns that thread's live `errno` in that libc.
-    Errno(unsafe { *theirs() }).set();
+    Errno(unsafe { *(theirs.errno_at)() }).set();
     r
 }
 
-type ErrnoLocation = unsafe extern "C" fn() -> *mut c_int;
+/// What [`as_one_libc`] reaches in the native namespace's libc.
+#[derive(Clone, Copy)]
+struct NativeLibc {
+    errno_at: unsafe extern "C" fn() -> *mut c_int,
+    environ: *mut *mut *mut c_char,
+}
 
-/// The native namespace's `__errno_location`, looked up once (through libibverbs' own
-/// dependencies, which are that namespace's libc); `None` if the library is not loaded.
-fn native_errno() -> Option<ErrnoLocation> {
-    static LOC: OnceLock<usize> = OnceLock::new();
-    let p = *LOC.get_or_init(|| match library() {
-        Ok(l) if l.verbs != 0 => {
+// SAFETY: two addresses in the native libc (a function and a global), valid from any thread.
+unsafe impl Send for NativeLibc {}
+// SAFETY: as for Send: shared, they are only read.
+unsafe impl Sync for NativeLibc {}
+
+/// The native namespace's `__errno_location` and `__environ`, looked up once through
+/// libibverbs' own dependencies (that namespace's libc); `None` if the library is not loaded
+/// or either is missing.
+fn native_libc() -> Option<NativeLibc> {
+    static LIBC: OnceLock<Option<NativeLibc>> = OnceLock::new();
+    *LIBC.get_or_init(|| {
+        let l = library().ok().filter(|l| l.verbs != 0)?;
+        let find = |name: &CStr| {
             // SAFETY: a live handle from dlmopen (never closed); the name is NUL-terminated.
-            unsafe { libc::dlsym(l.verbs as *mut c_void, c"__errno_location".as_ptr()) as usize }
-        }
-        _ => 0,
-    });
-    // SAFETY: glibc's `__errno_location` has this signature (errno.h).
-    (p != 0).then(|| unsafe { std::mem::transmute::<usize, ErrnoLocation>(p) })
+            let p = unsafe { libc::dlsym(l.verbs as *mut c_void, name.as_ptr()) };
+            (!p.is_null()).then_some(p)
+        };
+        let errno_at = find(c"__errno_location")?;
+        let environ = find(c"__environ")?;
+        Some(NativeLibc {
+            // SAFETY: glibc's `__errno_location` has this signature (errno.h).
+            errno_at: unsafe {
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> *mut c_int>(errno_at)
+            },
+            environ: environ.cast(),
+        })
+    })
 }
 
 /// [`function`] when both libraries are in use (`both`), for the calls that go to both.
