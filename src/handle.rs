@@ -67,7 +67,8 @@ pub struct CBox<T: CStruct> {
 // SAFETY: T is plain C data (`CStruct`); the box is only accessed through raw-pointer copies and
 // single-field writes that the owner serialises with its lock, so it may move between threads.
 unsafe impl<T: CStruct> Send for CBox<T> {}
-// SAFETY: as for Send: `&CBox` gives no reference into the struct, only copies and raw pointers.
+// SAFETY: `&CBox` gives no reference into the struct, only copies and raw pointers, so sharing
+// it between threads adds nothing to what Send allows.
 unsafe impl<T: CStruct> Sync for CBox<T> {}
 
 impl<T: CStruct> CBox<T> {
@@ -116,7 +117,7 @@ pub struct CData<T: CStruct>(pub T);
 
 // SAFETY: T is plain C data (`CStruct`) whose pointers are not dereferenced through this value.
 unsafe impl<T: CStruct> Send for CData<T> {}
-// SAFETY: as for Send; shared access only reads plain data.
+// SAFETY: shared access only reads plain data whose pointers are not dereferenced here.
 unsafe impl<T: CStruct> Sync for CData<T> {}
 
 /// Copies a plain C struct that bindgen did not mark `Copy`.

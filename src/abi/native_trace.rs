@@ -140,7 +140,7 @@ pub unsafe fn context_made<A>(ctx: *mut ibv_context, _args: A) {
 pub unsafe fn cq_made<A>(cq: *mut ibv_cq, _args: A) {
     // SAFETY: NULL or the native library's new live CQ, whose context is live.
     if let Some(c) = unsafe { cq.as_ref() } {
-        // SAFETY: as above.
+        // SAFETY: c.context is the live context of the native library's new CQ.
         unsafe { wrap(c.context) }
     }
 }
@@ -152,7 +152,7 @@ pub unsafe fn cq_made<A>(cq: *mut ibv_cq, _args: A) {
 pub unsafe fn qp_made<A>(qp: *mut ibv_qp, _args: A) {
     // SAFETY: NULL or the native library's new live QP, whose context is live.
     if let Some(q) = unsafe { qp.as_ref() } {
-        // SAFETY: as above.
+        // SAFETY: q.context is the live context of the native library's new QP.
         unsafe { wrap(q.context) }
     }
 }
@@ -164,7 +164,7 @@ pub unsafe fn qp_made<A>(qp: *mut ibv_qp, _args: A) {
 pub unsafe fn id_qp_made<P, A>(r: c_int, (id, ..): (*mut rdma_cm_id, P, A)) {
     // SAFETY: on success id is the native library's live id with a device context.
     if let (0, Some(id)) = (r, unsafe { id.as_ref() }) {
-        // SAFETY: as above.
+        // SAFETY: id.verbs is the live device context of the native library's id.
         unsafe { wrap(id.verbs) }
     }
 }

@@ -256,12 +256,13 @@ pub unsafe fn wrap_context(ctx: *mut ibv_context) {
     }
     // SAFETY: the slot lies within the verbs_context (checked against its size above).
     let p = unsafe { addr_of_mut!((*v).create_cq_ex) };
-    // SAFETY: as above.
+    // SAFETY: p is the create_cq_ex slot inside the verbs_context (size checked above).
     let Some(f) = (unsafe { p.read() }) else { return };
     if f as usize == create_cq_ex as *const () as usize {
         return;
     }
     CREATE_CQ_EX.put(ctx as usize, f);
-    // SAFETY: as above; the native library's writable allocation.
+    // SAFETY: p is the create_cq_ex slot inside the verbs_context (size checked above), in the
+    // native library's writable allocation.
     unsafe { p.write(Some(create_cq_ex)) };
 }

@@ -63,7 +63,8 @@ entry! {
         let src = if src.is_null() {
             None
         } else {
-            // SAFETY: as above.
+            // SAFETY: src is non-NULL here, a socket address of its family's size (caller's
+            // contract, rdma_resolve_addr(3)).
             Some(unsafe { read_sockaddr(src) }?)
         };
         i.resolve_addr(src, dst)

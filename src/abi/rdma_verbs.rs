@@ -555,12 +555,12 @@ unsafe fn get_comp(
         if ret != 0 {
             break ret;
         }
-        // SAFETY: as above.
+        // SAFETY: `cq` is the id's CQ (checked by ibv_poll_cq).
         let ret = unsafe { ibv_req_notify_cq(cq, 0) };
         if ret != 0 {
             seterrno(ret)?;
         }
-        // SAFETY: as above.
+        // SAFETY: `cq` is the id's CQ (checked by ibv_poll_cq); `wc` holds one entry.
         let ret = unsafe { ibv_poll_cq(cq, 1, wc) };
         if ret != 0 {
             break ret;

@@ -111,7 +111,7 @@ impl<T: Owned> ObjectArg for Probe<*mut T> {
 
 impl<T: Owned> ObjectArg for Probe<*const T> {
     fn native(&self) -> bool {
-        // SAFETY: as for `*mut T` above: non-NULL, and the caller's live object.
+        // SAFETY: the pointer is non-NULL (checked first) and the caller's live object.
         !self.0.is_null() && !unsafe { T::ours(self.0) }
     }
 }

@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(unsafe { rpoll(p.as_mut_ptr(), 1, 0) }, 0);
         // SAFETY: writes one byte from a live buffer to our pipe.
         assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
-        // SAFETY: as above.
+        // SAFETY: `p` is one valid pollfd.
         assert_eq!(unsafe { rpoll(p.as_mut_ptr(), 1, 1000) }, 1);
         assert_eq!(p[0].revents & libc::POLLIN, libc::POLLIN);
         let mut tv = timeval { tv_sec: 0, tv_usec: 0 };

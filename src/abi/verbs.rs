@@ -532,7 +532,8 @@ entry! {
         // SAFETY: wc and ah_attr are NULL or valid; grh is NULL or points at the 40-byte GRH
         // at the start of the receive buffer.
         let (wc, out_attr) = unsafe { (arg(wc)?, out(ah_attr)?) };
-        // SAFETY: as above.
+        // SAFETY: grh is NULL or points at the 40-byte GRH at the start of the receive buffer
+        // (the caller's contract, ibv_init_ah_from_wc(3)).
         let g = unsafe { grh.cast::<[u8; ud::GRH_LEN]>().as_ref() };
         ud::ah_attr_from_wc(port, wc, g, out_attr)
     }

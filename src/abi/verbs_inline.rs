@@ -233,7 +233,8 @@ entry! {
                 // SAFETY: a non-NULL window and MR of the native library, read as the inline
                 // reads them.
                 let (t, pd, ctx) = unsafe { ((*mw).type_, (*mw).pd, (*mw).context) };
-                // SAFETY: as above: the inline reads the MR's PD.
+                // SAFETY: mr is the native library's live MR bound by the caller, whose PD the
+                // inline reads.
                 crate::verbs::mw::bind_call_rule(t, pd, info, |mr| Ok(unsafe { (*mr).pd }))?;
                 ctx
             }

@@ -10,9 +10,10 @@
 
 use super::capi;
 use super::ep::{Ep, SNDLOWAT};
-use super::stream::{lock, Phase, State, Stream};
+use super::stream::{Phase, State, Stream};
 use super::wire::{self, IOMAP_LEN};
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 use crate::sys::*;
 use std::sync::MutexGuard;
 

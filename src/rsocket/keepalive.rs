@@ -7,9 +7,10 @@
 //! One thread per process (per fork generation: a child starts with no thread and no list)
 //! sleeps until the earliest deadline; `update` wakes it when a socket's interval changes.
 
-use super::stream::{lock, Phase, Stream};
+use super::stream::{Phase, Stream};
 use super::wire;
 use crate::runtime::fork;
+use crate::runtime::lock;
 use once_cell::sync::Lazy;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;

@@ -21,12 +21,13 @@ pub use poll::{rpoll, rselect};
 
 use crate::errno::{Errno, Result};
 use crate::runtime::fork;
+use crate::runtime::lock;
 use dgram::Dgram;
 use ep::Sizes;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use stream::{lock, Stream};
+use stream::Stream;
 
 /// The process's rsockets by number, each stamped with the fork generation that made it. A
 /// forked child sees its parent's sockets in these tables but may not use them (they share
@@ -168,7 +169,7 @@ pub unsafe fn read_addr(
     if (len as usize) < 2 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: as above.
+    // SAFETY: addr is non-NULL and len ≥ 2 (checked above), so its family field is readable.
     let fam = unsafe { (*addr).sa_family } as i32;
     let need = match fam {
         libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
@@ -180,7 +181,8 @@ pub unsafe fn read_addr(
     }
     // SAFETY: all-zero is a valid sockaddr_storage; `need` bytes are readable per the checks.
     let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
+    // SAFETY: `need` bytes of addr are readable (len ≥ need, checked above) and st holds at
+    // least that many.
     unsafe {
         std::ptr::copy_nonoverlapping(
             addr.cast::<u8>(),

@@ -5,8 +5,9 @@
 //! them, so a mismatch fails the conformance clauses).
 
 use super::capi;
-use super::stream::{lock, Phase, Stream};
+use super::stream::{Phase, Stream};
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 
 pub const SOL_RDMA: i32 = 0x10000;
 pub const RDMA_SQSIZE: i32 = 0;

@@ -4,9 +4,10 @@
 //! rsocket without blocking (arming its CQ), then sleeps in one `poll(2)` over the ordinary
 //! descriptors and the rsockets' completion and CM channels, then checks again.
 
-use super::stream::{lock, Phase, State, Stream};
+use super::stream::{Phase, State, Stream};
 use super::xfer::{can_send, conn_have_rdata};
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 use libc::{pollfd, POLLERR, POLLHUP, POLLIN, POLLOUT};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -239,14 +240,14 @@ pub fn rselect(
         }
         if let Some(s) = writefds.as_deref_mut() {
             if want(POLLOUT) && p.revents & (POLLOUT | POLLERR) != 0 {
-                // SAFETY: as above.
+                // SAFETY: fd < nfds ≤ FD_SETSIZE, checked when the set was read.
                 unsafe { libc::FD_SET(p.fd, s) };
                 cnt += 1;
             }
         }
         if let Some(s) = exceptfds.as_deref_mut() {
             if p.revents & libc::POLLPRI != 0 {
-                // SAFETY: as above.
+                // SAFETY: fd < nfds ≤ FD_SETSIZE, checked when the set was read.
                 unsafe { libc::FD_SET(p.fd, s) };
                 cnt += 1;
             }

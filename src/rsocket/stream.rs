@@ -6,6 +6,7 @@ use super::capi;
 use super::ep::{Ep, Sizes};
 use super::wire::{self, ConnData, ConnSge, Sge};
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 use crate::sys::*;
 use std::ptr;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -71,12 +72,9 @@ pub struct Stream {
 // SAFETY: `ch` and `id` are handles of this library, valid until Drop; the entry points they
 // go to check and lock them. All mutable state is behind the mutexes.
 unsafe impl Send for Stream {}
-// SAFETY: as above.
+// SAFETY: shared across threads, `ch` and `id` are only passed to entry points that check and
+// lock them, and all mutable state is behind the mutexes.
 unsafe impl Sync for Stream {}
-
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn last_err() -> Errno {
     Errno::last()
@@ -470,14 +468,14 @@ impl Stream {
         let ch = unsafe { capi::rdma_create_event_channel() };
         if ch.is_null() {
             let e = last_err();
-            // SAFETY: as above.
+            // SAFETY: child is the request's live id, ours to destroy (not handed out).
             unsafe { capi::rdma_destroy_id(child) };
             return Err(e);
         }
         // SAFETY: the child is live and its request event acknowledged.
         if unsafe { capi::rdma_migrate_id(child, ch) } != 0 {
             let e = last_err();
-            // SAFETY: as above.
+            // SAFETY: child and ch are live and ours (not handed out); each destroyed once.
             unsafe {
                 capi::rdma_destroy_id(child);
                 capi::rdma_destroy_event_channel(ch);

@@ -4,9 +4,10 @@
 
 use super::capi;
 use super::ep::{Ep, RECV_FLAG, SNDLOWAT};
-use super::stream::{lock, Phase, State, Stream};
+use super::stream::{Phase, State, Stream};
 use super::wire::{self, Sge, SGE_LEN, SGL_SIZE};
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 use crate::sys::*;
 use std::sync::MutexGuard;
 
@@ -215,7 +216,8 @@ impl Stream {
                 let slot = (ep.ctrl_seqno % super::ep::CTRL_SIZE) as usize;
                 // SAFETY: the control area is inside sbuf, SGE_LEN bytes per slot.
                 let p = unsafe { ep.sbuf.ptr.add(ep.sz.sbuf_size as usize + slot * SGE_LEN) };
-                // SAFETY: as above; 16 bytes into our buffer.
+                // SAFETY: p is a SGE_LEN-byte slot of the control area inside sbuf (above);
+                // the source is the 16 bytes of `bytes`.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, SGE_LEN) };
                 // SAFETY: our live MR.
                 (p as u64, unsafe { (*ep.smr).lkey }, false)
@@ -323,7 +325,7 @@ impl Stream {
             let mut ctx = std::ptr::null_mut();
             // SAFETY: our live, non-blocking channel; each event is acknowledged at once.
             while unsafe { capi::ibv_get_cq_event(ep.comp, &mut cq, &mut ctx) } == 0 {
-                // SAFETY: as above.
+                // SAFETY: ep.cq is our live CQ, of the event just taken.
                 unsafe { capi::ibv_ack_cq_events(ep.cq, 1) };
                 ep.cq_armed = false;
             }

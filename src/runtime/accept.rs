@@ -11,12 +11,13 @@
 //!   while (100 ms, doubling up to 1 s), so a level-triggered epoll does not spin on it.
 
 use super::engine::engine;
+use super::lock;
 use super::{access, unix};
 use crate::errno::Result;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Called with a connection and its first message (bytes and descriptors). It owns the
@@ -55,10 +56,6 @@ struct Inner {
 
 /// Accepts on a listener for as long as it lives.
 pub struct Acceptor(Arc<Inner>);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Acceptor {
     pub fn start(listener: Arc<OwnedFd>, on_first: OnFirst) -> Result<Acceptor> {

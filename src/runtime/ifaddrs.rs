@@ -35,7 +35,7 @@ fn each_address(mut f: impl FnMut(IpAddr, &std::ffi::CStr) -> bool) {
                 break;
             }
         }
-        // SAFETY: as above.
+        // SAFETY: p is a non-NULL entry of the list getifaddrs returned, alive until freeifaddrs.
         p = unsafe { (*p).ifa_next };
     }
     // SAFETY: ifa came from getifaddrs.

@@ -18,3 +18,12 @@ pub mod socket;
 pub mod spin;
 pub mod udp;
 pub mod unix;
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `m`, taking over from a holder that panicked: a panic is caught at the C boundary
+/// (`abi::call`) and the process goes on with the state the holder left, which every lock
+/// here keeps consistent between statements.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -129,7 +129,7 @@ pub fn accept(listener: RawFd) -> Result<Option<OwnedFd>> {
 pub fn set_nonblocking(fd: RawFd) -> Result<()> {
     // SAFETY: fcntl on a descriptor we own.
     let fl = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
-    // SAFETY: as above.
+    // SAFETY: fcntl on a descriptor we own; F_SETFL only changes its status flags.
     check(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) })?;
     Ok(())
 }

@@ -343,13 +343,15 @@ fn sockaddr_text(sa: *const sockaddr, out: &mut String) {
     let Some(s) = (unsafe { read(sa) }) else { return };
     match s.sa_family as c_int {
         libc::AF_INET => {
-            // SAFETY: as above, AF_INET: a sockaddr_in.
+            // SAFETY: the caller's address is a valid socket address of its family's size (the
+            // contract above), and AF_INET's is a sockaddr_in.
             let a = unsafe { &*sa.cast::<libc::sockaddr_in>() };
             let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
             let _ = write!(out, "{ip}:{}", u16::from_be(a.sin_port));
         }
         libc::AF_INET6 => {
-            // SAFETY: as above, AF_INET6: a sockaddr_in6.
+            // SAFETY: the caller's address is a valid socket address of its family's size (the
+            // contract above), and AF_INET6's is a sockaddr_in6.
             let a = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
             let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
             let _ = write!(out, "[{ip}]:{}", u16::from_be(a.sin6_port));

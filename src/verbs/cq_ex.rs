@@ -233,7 +233,8 @@ impl Cq {
             std::ptr::addr_of_mut!((*a).ex.status).write(wc.status);
             std::ptr::addr_of_mut!((*a).ex.wr_id).write(wc.wr_id);
         }
-        // SAFETY: as above; the cursor is made of atomics, shared references are fine.
+        // SAFETY: the allocation lives as long as self; the cursor is made of atomics, so a
+        // shared reference to it is sound while C reads it.
         let c = unsafe { &*std::ptr::addr_of!((*a).cursor) };
         c.opcode.store(wc.opcode, Relaxed);
         c.byte_len.store(wc.byte_len, Relaxed);

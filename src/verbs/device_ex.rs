@@ -147,7 +147,7 @@ mod tests {
         // SAFETY: short holds 6 bytes.
         unsafe { copy_sized(&src, short.as_mut_ptr(), 6, 4) }.unwrap();
         assert_eq!(short, [1, 2, 3, 4, 5, 6]);
-        // SAFETY: as above.
+        // SAFETY: short holds 6 bytes, more than the 3 asked for (refused before any write).
         assert_eq!(unsafe { copy_sized(&src, short.as_mut_ptr(), 3, 4) }, Err(Errno::EINVAL));
     }
 }

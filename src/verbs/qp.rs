@@ -15,6 +15,7 @@ use crate::provider::{
     CompletionSink, EventSink, MemoryKeys, QpEvent, QpInit, QpState, RecvWqe, SendWqe, TransportQp,
     Xrc,
 };
+use crate::runtime::lock;
 use crate::sys::*;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -102,10 +103,6 @@ impl EventSink for QpEvents {
             f();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Qp {

@@ -14,6 +14,7 @@ use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{XrcSrqs, XrcTarget};
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::sys::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -46,10 +47,6 @@ static BY_INODE: PerProcess<Mutex<HashMap<Inode, Weak<Domain>>>> =
 
 /// SRQ numbers: unique in the process, so a number names at most one SRQ in any domain.
 static NEXT_SRQN: AtomicU32 = AtomicU32::new(1);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Xrcd {
     /// `ibv_open_xrcd`: with fd -1, a new private domain (`O_CREAT` required); with a file,

@@ -355,19 +355,14 @@ def runtime_load_check(loaded, mode, build_dir):
 
 
 def known_failure(sc, client_out, server_out):
-    """What a failed run hit that is the program's own doing (programs.py), or None: a known
-    race in the client's output (`rerun_on`), or a failure of the program's own measurement in
-    either side's (`rerun_on_own_failure`)."""
-    if sc.rerun_on and re.search(sc.rerun_on, client_out, re.M):
-        return "the client hit a known race of the program"
-    if sc.rerun_on_own_failure and re.search(sc.rerun_on_own_failure,
-                                             client_out + "\n" + server_out, re.M):
-        return "the program's own measurement failed"
-    return None
-
-
-def known_rx(sc, known):
-    return sc.rerun_on if known.startswith("the client") else sc.rerun_on_own_failure
+    """What a failed run hit that is the program's own doing (programs.py), as (what, regex),
+    or None: a known race in the client's output (`rerun_on`), or a failure of the program's
+    own measurement in either side's (`rerun_on_own_failure`)."""
+    known = [("the client hit a known race of the program", sc.rerun_on, client_out),
+             ("the program's own measurement failed", sc.rerun_on_own_failure,
+              client_out + "\n" + server_out)]
+    return next(((what, rx) for what, rx, text in known if rx and re.search(rx, text, re.M)),
+                None)
 
 
 def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place=None):
@@ -628,8 +623,8 @@ def main():
                         break
                     for p in problems:
                         log(f"FAIL: {p}")
-                    log(f"RERUN {sc.name} {mode}: {known} (/{known_rx(sc, known)}/), see "
-                        "programs.py; running the scenario again")
+                    log(f"RERUN {sc.name} {mode}: {known[0]} (/{known[1]}/), see programs.py; "
+                        "running the scenario again")
                     reruns.append(f"{sc.name} {mode}")
                 for p in problems:
                     log(f"FAIL: {p}")

@@ -16,6 +16,7 @@ use crate::handle::{pod_copy, CBox, CData, Registry};
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
+pub(super) use crate::runtime::lock;
 use crate::runtime::unix;
 use crate::sys::*;
 use crate::verbs::{device, objects, qp};
@@ -23,7 +24,7 @@ use once_cell::sync::Lazy;
 use rdma_cm_event_type::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 
 pub static IDS: Lazy<Registry<CmId>> = Lazy::new(Registry::default);
 
@@ -126,10 +127,6 @@ pub struct CmId {
     pub(super) st: Mutex<IdState>,
     acked: Condvar,
     me: Weak<CmId>,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The private data and parameters an event reports.

@@ -221,7 +221,8 @@ struct NativeLibc {
 
 // SAFETY: two addresses in the native libc (a function and a global), valid from any thread.
 unsafe impl Send for NativeLibc {}
-// SAFETY: as for Send: shared, they are only read.
+// SAFETY: the struct holds two addresses that are only read (the global behind one is
+// written in `as_one_libc`, not through a shared borrow of this struct).
 unsafe impl Sync for NativeLibc {}
 
 /// The native namespace's `__errno_location` and `__environ`, looked up once through

@@ -14,6 +14,7 @@ use crate::provider::{
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::{engine, on_progress_thread, Pollable};
 use crate::runtime::fork;
+use crate::runtime::lock;
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::collections::{HashMap, VecDeque};
@@ -102,10 +103,6 @@ pub struct SoftQp {
 
 /// QPN → QP, for handshakes arriving at a QP's socket.
 static BY_QPN: Lazy<RwLock<HashMap<u32, Weak<SoftQp>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl SoftQp {
     /// Allocates a QPN and its socket and registers the QP with the progress engine.

@@ -122,7 +122,8 @@ pub struct Ring {
 // SAFETY: the ring points into shared memory kept mapped by its owner (the link), and all
 // cross-thread access follows the SPSC protocol through atomics.
 unsafe impl Send for Ring {}
-// SAFETY: see above.
+// SAFETY: shared references reach the mapping only through the SPSC protocol's atomics and
+// the slots each end owns by that protocol.
 unsafe impl Sync for Ring {}
 
 impl Ring {
@@ -342,7 +343,8 @@ mod tests {
             p.seal_and_publish();
         }
         assert!(!c.sealed(SLOTS), "slot 0 still holds its first lap's segment");
-        // SAFETY: as above, for the slot's second lap.
+        // SAFETY: hp points at slot 0's header inside the ring's mapping, which the test owns
+        // (the slot's second lap is the same memory).
         unsafe { hp.write_volatile(SegHdr::default()) };
         assert!(!c.sealed(0) && !c.sealed(SLOTS), "rewritten: neither lap's seal");
         p.seal_and_publish();

@@ -180,7 +180,7 @@ mod tests {
         assert!(keys.longest.load(Relaxed) <= CHUNK, "a copy longer than a chunk");
 
         let mut last = vec![0u8; src.len()];
-        // SAFETY: as above.
+        // SAFETY: last holds the payload's length.
         unsafe { take_out_last_byte_last(&keys, &p, last.as_mut_ptr(), last.len()) }.unwrap();
         assert_eq!(last, src);
     }

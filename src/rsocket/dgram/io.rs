@@ -152,7 +152,7 @@ impl Dgram {
             let (mut cq, mut ctx) = (ptr::null_mut(), ptr::null_mut());
             // SAFETY: our non-blocking channel; each event is acknowledged at once.
             while unsafe { capi::ibv_get_cq_event(q.comp, &mut cq, &mut ctx) } == 0 {
-                // SAFETY: as above.
+                // SAFETY: q.cq is our live CQ, of the event just taken.
                 unsafe { capi::ibv_ack_cq_events(q.cq, 1) };
                 q.armed = false;
             }

@@ -14,8 +14,8 @@
 
 use super::capi;
 use super::ep::Buf;
-use super::stream::lock;
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 use crate::sys::*;
 use std::collections::{HashMap, VecDeque};
 use std::ptr;
@@ -85,7 +85,7 @@ fn addr_of_header(h: &[u8]) -> Option<(libc::sockaddr_storage, usize)> {
         }
         (6, 24) if h.len() >= 24 => {
             st.ss_family = libc::AF_INET6 as u16;
-            // SAFETY: as above (port, flowinfo, address of a sockaddr_in6).
+            // SAFETY: writing port, flowinfo and address inside the storage (a sockaddr_in6 fits).
             unsafe {
                 ptr::copy_nonoverlapping(h[2..4].as_ptr(), p.add(2), 2);
                 ptr::copy_nonoverlapping(h[4..24].as_ptr(), p.add(4), 20);

@@ -49,7 +49,7 @@ fn send_list_and_strings() {
     let mut second: ibv_send_wr = unsafe { std::mem::zeroed() };
     second.wr_id = 2;
     second.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-    // SAFETY: as above.
+    // SAFETY: all-zero is a valid ibv_send_wr (NULL lists, opcode 0).
     let mut first: ibv_send_wr = unsafe { std::mem::zeroed() };
     first.wr_id = 1;
     first.opcode = ibv_wr_opcode::IBV_WR_SEND;

@@ -38,9 +38,10 @@ use crate::errno::{check, Errno, Result};
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::runtime::{shm, unix};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
@@ -101,10 +102,6 @@ impl Reply {
     fn new(errno: u32) -> Reply {
         Reply { magic: MAGIC, errno, ..FromZeros::new_zeroed() }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Takes the entries `f` picks out of the list `m` (holders, importers), keeping the rest.

@@ -45,7 +45,8 @@ pub struct SharedMem {
 // SAFETY: `ctl` points at a shared page mapped for the life of the value and is only accessed
 // atomically; every other field is plain data or a descriptor.
 unsafe impl Send for SharedMem {}
-// SAFETY: as for Send: shared access goes through the atomic control word.
+// SAFETY: `ctl` points at a shared page mapped for the life of the value and is only accessed
+// atomically, so shared references from several threads touch it only through atomics.
 unsafe impl Sync for SharedMem {}
 
 /// The regions of this process that are on a memfd (used under `fork::shared()`, so a forked
@@ -423,7 +424,7 @@ mod tests {
 
         s.revoke();
         assert_eq!(ctl.load(Ordering::Acquire), 0, "the peer sees the revocation");
-        // SAFETY: as above.
+        // SAFETY: offset 1 is inside the peer's mapping (len bytes, len > 1).
         unsafe { peer.ptr().add(1).write_volatile(0xbb) };
         assert_eq!(mine[1], 1, "after revoke a peer's write does not reach our memory");
         assert_eq!(mine[0], 0xaa, "what landed before stays");
