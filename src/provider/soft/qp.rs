@@ -17,7 +17,8 @@ use crate::runtime::fork;
 use crate::runtime::lock;
 use crate::sys::*;
 use once_cell::sync::Lazy;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -102,7 +103,7 @@ pub struct SoftQp {
 }
 
 /// QPN → QP, for handshakes arriving at a QP's socket.
-static BY_QPN: Lazy<RwLock<HashMap<u32, Weak<SoftQp>>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+static BY_QPN: Lazy<RwLock<FxHashMap<u32, Weak<SoftQp>>>> = Lazy::new(Default::default);
 
 impl SoftQp {
     /// Allocates a QPN and its socket and registers the QP with the progress engine.

@@ -25,7 +25,6 @@ pub fn enabled() -> bool {
 }
 
 use grant::Granted;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One link's grants, both ways (under the link's lock, a leaf under the QP's).
@@ -37,7 +36,7 @@ pub struct Grants {
     pub by_key: rustc_hash::FxHashMap<u32, Arc<Granted>>,
     /// Regions we granted the peer: rkey → the region's address, so a later region that happens
     /// to get the same key is granted again.
-    pub sent: HashMap<u32, usize>,
+    pub sent: rustc_hash::FxHashMap<u32, usize>,
     /// A reader (not the progress thread) saw the peer hang up; the progress thread's own read
     /// reports it.
     pub hung_up: bool,

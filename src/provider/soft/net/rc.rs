@@ -21,8 +21,9 @@ use crate::provider::{
     SharedRecvQueue,
 };
 use crate::sys::*;
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -51,7 +52,8 @@ type Taken = (u64, u64, Option<Arc<dyn CompletionSink>>);
 /// What the engine's lists and completions are matched against.
 #[derive(Default)]
 pub(super) struct Book {
-    pub(super) lists: HashMap<u64, List>,
+    /// Looked up for every packet in and out; the handles are ours, so a fast hash is safe.
+    pub(super) lists: FxHashMap<u64, List>,
     next: u64,
     /// Requests in the engine, oldest first: (request, its list handle).
     sends: VecDeque<(Posted, u64)>,

@@ -210,9 +210,10 @@ impl IdEffect {
     }
 }
 
-/// [`IdEffect`] for packets of `ib_len` bytes (without the ICRC), cached per length: a flow's
-/// packets have few lengths, and a bulk transfer checks thousands of packets of one length.
-fn id_effect(ib_len: usize) -> IdEffect {
+/// Runs `f` on the [`IdEffect`] for packets of `ib_len` bytes (without the ICRC), cached per
+/// length: a flow's packets have few lengths, and a bulk transfer checks thousands of packets of
+/// one length. Lent, not copied: at 320 bytes the copy cost a receiver more than the solving.
+fn with_id_effect<R>(ib_len: usize, f: impl FnOnce(&IdEffect) -> R) -> R {
     thread_local! {
         static CACHE: std::cell::RefCell<[Option<(usize, IdEffect)>; 4]> =
             const { std::cell::RefCell::new([None; 4]) };
@@ -220,20 +221,20 @@ fn id_effect(ib_len: usize) -> IdEffect {
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if let Some((_, hit)) = c.iter().flatten().find(|e| e.0 == ib_len) {
-            return *hit;
+            return f(hit);
         }
-        let e = IdEffect::of(ib_len);
         c.rotate_right(1);
-        c[0] = Some((ib_len, e));
-        e
+        let (_, e) = c[0].insert((ib_len, IdEffect::of(ib_len)));
+        f(e)
     })
 }
 
 /// The CRC change between IDs `a` and `b`.
 fn id_delta(ib_len: usize, a: u16, b: u16) -> u32 {
-    let basis = id_effect(ib_len).basis;
     let x = a ^ b;
-    (0..ID_BITS).filter(|&i| x & (1 << i) != 0).fold(0, |d, i| d ^ basis[i])
+    with_id_effect(ib_len, |e| {
+        (0..ID_BITS).filter(|&i| x & (1 << i) != 0).fold(0, |d, i| d ^ e.basis[i])
+    })
 }
 
 /// The ICRC `icrc` of an IPv4 packet of `ib_len` bytes computed with ID `from`, as it is with
@@ -252,16 +253,17 @@ fn ipv4_id_of(ib_len: usize, ours: u32, sent: u32, flow_id: u16) -> Option<u16> 
 /// packet of `ib_len` bytes by `delta`, if there is one: the ID's 16 bits each flip the CRC by
 /// a basis vector, so this reduces `delta` by that basis in echelon form.
 fn any_ipv4_id(ib_len: usize, delta: u32) -> Option<u16> {
-    let echelon = id_effect(ib_len).echelon;
-    let (mut d, mut ids) = (delta, 0u16);
-    while d != 0 {
-        let lead = 31 - d.leading_zeros() as usize;
-        let (v, i) = echelon[lead];
-        if v == 0 {
-            return None;
+    with_id_effect(ib_len, |e| {
+        let (mut d, mut ids) = (delta, 0u16);
+        while d != 0 {
+            let lead = 31 - d.leading_zeros() as usize;
+            let (v, i) = e.echelon[lead];
+            if v == 0 {
+                return None;
+            }
+            d ^= v;
+            ids ^= i;
         }
-        d ^= v;
-        ids ^= i;
-    }
-    Some(ids)
+        Some(ids)
+    })
 }
