@@ -27,7 +27,7 @@ use crate::runtime::engine::{note_poll, ARMED_CQS};
 use crate::runtime::fdqueue::FdQueue;
 use crate::sys::*;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
 /// Writes a provider completion as the `ibv_wc` C reads.
@@ -183,6 +183,9 @@ pub struct Cq {
     pub st: Mutex<CqState>,
     acked: Condvar,
     qps: Mutex<Vec<Weak<Qp>>>,
+    /// How many completions the state holds, stored under its lock whenever that changes: an
+    /// empty poll reads this instead of taking the lock twice (a hint: see [`Cq::ready`]).
+    queued: AtomicUsize,
     /// Extended CQs created with a timestamp `wc_flag`: stamp each completion when produced.
     stamp: bool,
     /// The parent domain the CQ was created on (`ibv_create_cq_ex`).
@@ -250,6 +253,7 @@ impl Cq {
             st: Mutex::new(CqState::default()),
             acked: Condvar::new(),
             qps: Mutex::new(Vec::new()),
+            queued: AtomicUsize::new(0),
             stamp: ex.stamp,
             parent: ex.parent,
             session: Default::default(),
@@ -318,6 +322,7 @@ impl Cq {
         let ts = if self.stamp { super::cq_ex::now_ns() } else { 0 };
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.wcs.push_back((wc, ts));
+        self.queued.store(st.wcs.len(), Ordering::Relaxed);
         let fire = match st.armed {
             1 => true,
             2 => wc.solicited || wc.status != ibv_wc_status::IBV_WC_SUCCESS,
@@ -393,6 +398,7 @@ impl Cq {
                 write_wc(&wc, &mut out[n]);
                 n += 1;
             }
+            self.queued.store(st.wcs.len(), Ordering::Relaxed);
         }
         for &(qpn, seq) in &retire[..nr] {
             self.retire(qpn, seq);
@@ -413,12 +419,15 @@ impl Cq {
     /// Extended polling: takes one completion and its timestamp, after running the QPs feeding
     /// this CQ if `progress` (`ibv_start_poll` does, `ibv_next_poll` does not).
     pub fn take_one(&self, progress: bool) -> Option<(Completion, u64)> {
-        let got = if progress {
+        let mut st = if progress {
             note_poll();
-            self.ready().wcs.pop_front()
+            self.ready()
         } else {
-            self.st.lock().unwrap_or_else(|e| e.into_inner()).wcs.pop_front()
+            self.st.lock().unwrap_or_else(|e| e.into_inner())
         };
+        let got = st.wcs.pop_front();
+        self.queued.store(st.wcs.len(), Ordering::Relaxed);
+        drop(st);
         if let Some((wc, _)) = &got {
             if wc.sq_seq != 0 {
                 self.retire(wc.qp_num, wc.sq_seq);
@@ -432,13 +441,16 @@ impl Cq {
     /// program that polls its send CQ right after its receive CQ (whose poll read both
     /// completions from one datagram batch) then pays no socket read that can only come back
     /// empty (`ib_send_lat` across namespaces: one `recvmmsg` per message).
+    ///
+    /// Whether it holds any is read from `queued`, not under the lock (an empty poll took the
+    /// lock twice). A stale count costs nothing lasting: one that says empty runs the QPs
+    /// needlessly, one that says non-empty (another thread took the last completion just now)
+    /// returns nothing this time, which a poll may, and the next poll runs the QPs.
     fn ready(&self) -> std::sync::MutexGuard<'_, CqState> {
-        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        if !st.wcs.is_empty() {
-            return st;
+        if self.queued.load(Ordering::Relaxed) == 0 {
+            // No lock held: QP locks are taken after, never under, the CQ's (module comment).
+            self.progress_qps();
         }
-        drop(st); // QP locks are taken after, never under, the CQ's (module comment)
-        self.progress_qps();
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -499,7 +499,8 @@ impl TransportQp for SoftQp {
 impl SoftQp {
     /// Marks the QP as progressed by the application (see `progress_unattended`).
     pub(super) fn note_app_progress(&self) {
-        if !on_progress_thread() && !self.app_progressed.load(Ordering::Relaxed) {
+        // The flag first: once set, a poll reads no thread-local (a call in a shared library).
+        if !self.app_progressed.load(Ordering::Relaxed) && !on_progress_thread() {
             self.app_progressed.store(true, Ordering::Relaxed);
         }
     }

@@ -506,12 +506,17 @@ impl SoftQp {
             let gone = st.peer_gone || st.link.as_ref().is_some_and(|l| l.inn.is_closed());
             return gone && self.drop_unsent(st);
         }
-        let Some(link) = st.link.clone() else {
+        let Some(link) = st.link.as_ref() else {
             // Not connected (the peer QP is gone, or never reached RTR): queued requests time out
             // as unanswered packets would.
             return !st.sq.is_empty() && self.retry_expired(st);
         };
-        if let Some((seq, timer)) = link.out.rnr() {
+        let rnr = link.out.rnr();
+        if rnr.is_none() && !st.peer_gone && !link.inn.is_closed() {
+            return false; // the common poll: no hold taken on the link
+        }
+        let link = link.clone();
+        if let Some((seq, timer)) = rnr {
             let now = Instant::now(); // only here: a clock read per poll costs message rate
             let rnr_retry = st.attr.rnr_retry;
             if let Some(f) =
