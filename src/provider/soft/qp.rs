@@ -102,7 +102,9 @@ pub struct SoftQp {
     pub(super) acks_due: AtomicU64,
 }
 
-/// QPN → QP, for handshakes arriving at a QP's socket.
+/// QPN → QP, for handshakes arriving at a QP's socket and for the first packet of each QP in
+/// a received batch. A fast hash: only QPNs we allocated are inserted (a peer chooses which
+/// one is looked up, never what the table holds).
 static BY_QPN: Lazy<RwLock<FxHashMap<u32, Weak<SoftQp>>>> = Lazy::new(Default::default);
 
 impl SoftQp {

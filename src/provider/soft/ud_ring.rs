@@ -31,7 +31,7 @@ use crate::runtime::bell::Bell;
 use crate::runtime::shm::Shm;
 use crate::runtime::unix::{self, Pod};
 use crate::runtime::{engine::engine, fork};
-use rustc_hash::FxHashMap;
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,7 @@ enum Out {
 /// A UD QP's rings towards its destinations (under the QP lock).
 #[derive(Default)]
 pub struct Senders {
-    out: FxHashMap<u32, Out>,
+    out: HashMap<u32, Out>,
 }
 
 impl Senders {

@@ -35,7 +35,7 @@ pub struct Grants {
     /// The peer's regions we may reach, by rkey.
     pub by_key: rustc_hash::FxHashMap<u32, Arc<Granted>>,
     /// Regions we granted the peer: rkey → the region's address, so a later region that happens
-    /// to get the same key is granted again.
+    /// to get the same key is granted again. Our keys only, so a fast hash.
     pub sent: rustc_hash::FxHashMap<u32, usize>,
     /// A reader (not the progress thread) saw the peer hang up; the progress thread's own read
     /// reports it.
