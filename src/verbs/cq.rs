@@ -25,6 +25,7 @@ use crate::handle::CBox;
 use crate::provider::{Completion, CompletionSink};
 use crate::runtime::engine::{note_poll, ARMED_CQS};
 use crate::runtime::fdqueue::FdQueue;
+use crate::runtime::lock;
 use crate::sys::*;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -98,7 +99,7 @@ impl CompChannel {
             let addr = addr?;
             // A CQ destroyed after posting its event leaves its entry behind: skip it.
             if let Ok(cq) = objects().cqs.get(addr as *const ibv_cq) {
-                cq.st.lock().unwrap_or_else(|e| e.into_inner()).events_read += 1;
+                lock(&cq.st).events_read += 1;
                 return Ok(cq);
             }
         }
@@ -279,7 +280,7 @@ impl Cq {
             return Err(Errno::EBUSY);
         }
         {
-            let mut st = cq.st.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = lock(&cq.st);
             if st.armed != 0 {
                 ARMED_CQS.fetch_sub(1, Ordering::Relaxed);
                 st.armed = 0;
@@ -292,7 +293,7 @@ impl Cq {
         }
         // A QP created on the CQ while it waited keeps it.
         if busy() {
-            cq.st.lock().unwrap_or_else(|e| e.into_inner()).destroying = false;
+            lock(&cq.st).destroying = false;
             return Err(Errno::EBUSY);
         }
         super::async_event::wait_acked(p as usize);
@@ -309,7 +310,7 @@ impl Cq {
 
     /// `qp` feeds this CQ (once, however many of its queues or SRQs complete here).
     pub fn attach(&self, qp: Weak<Qp>) {
-        let mut l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = lock(&self.qps);
         l.retain(|w| w.strong_count() > 0);
         if !l.iter().any(|w| w.ptr_eq(&qp)) {
             l.push(qp);
@@ -320,7 +321,7 @@ impl Cq {
     /// moderation lets it, see `cq_mod`).
     pub fn push(&self, wc: Completion) {
         let ts = if self.stamp { super::cq_ex::now_ns() } else { 0 };
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.st);
         st.wcs.push_back((wc, ts));
         self.queued.store(st.wcs.len(), Ordering::Relaxed);
         let fire = match st.armed {
@@ -358,7 +359,7 @@ impl Cq {
 
     /// A moderation period of `generation` has passed: raises the event it held back.
     pub fn moderation_expired(&self, generation: u64) {
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.st);
         if st.armed != 0 && st.moderation.expired(generation) {
             self.raise(&mut st);
         }
@@ -366,7 +367,7 @@ impl Cq {
 
     /// `ibv_modify_cq`: the moderation of later events.
     pub fn modify(&self, a: &ibv_modify_cq_attr) -> Result<()> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner()).moderation.modify(a)
+        lock(&self.st).moderation.modify(a)
     }
 
     /// Takes up to `out.len()` completions, running the QPs feeding this CQ first if it holds
@@ -410,7 +411,7 @@ impl Cq {
     /// requests before it), as a hardware provider's send queue tail moves on poll. Called
     /// without the state lock.
     fn retire(&self, qpn: u32, sq_seq: u64) {
-        let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        let qps = lock(&self.qps);
         if let Some(q) = qps.iter().filter_map(|w| w.upgrade()).find(|q| q.qpn == qpn) {
             q.retire(sq_seq);
         }
@@ -423,7 +424,7 @@ impl Cq {
             note_poll();
             self.ready()
         } else {
-            self.st.lock().unwrap_or_else(|e| e.into_inner())
+            lock(&self.st)
         };
         let got = st.wcs.pop_front();
         self.queued.store(st.wcs.len(), Ordering::Relaxed);
@@ -451,7 +452,7 @@ impl Cq {
             // No lock held: QP locks are taken after, never under, the CQ's (module comment).
             self.progress_qps();
         }
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.st)
     }
 
     /// Runs the QPs feeding this CQ. The list lock is a leaf: a snapshot is taken and the lock
@@ -463,7 +464,7 @@ impl Cq {
         let mut few: [Option<Arc<Qp>>; ON_STACK] = Default::default();
         let mut more: Vec<Arc<Qp>> = Vec::new();
         {
-            let l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+            let l = lock(&self.qps);
             for (i, q) in l.iter().filter_map(|w| w.upgrade()).enumerate() {
                 match few.get_mut(i) {
                     Some(slot) => *slot = Some(q),
@@ -482,7 +483,7 @@ impl Cq {
         if cqe < 1 || cqe as u32 > super::device::MAX_CQE {
             return Err(Errno::EINVAL);
         }
-        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let st = lock(&self.st);
         if st.wcs.len() > cqe as usize {
             return Err(Errno::EINVAL);
         }
@@ -498,7 +499,7 @@ impl Cq {
         // have queued them before the arm); only later completions raise the event. A CQ without
         // a channel may be armed too: the event goes nowhere, as with the kernel.
         self.progress_qps();
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.st);
         let first = st.armed == 0;
         if first {
             // SeqCst: pairs with the progress thread's nap check (`Engine::cq_armed`).
@@ -515,7 +516,7 @@ impl Cq {
     }
 
     pub fn ack_events(&self, n: u32) {
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.st);
         st.events_acked = st.events_acked.wrapping_add(n).min(st.events_read);
         if st.destroying {
             self.acked.notify_all();
