@@ -6,6 +6,7 @@
 //! or already destroyed pointer is never dereferenced by us.
 
 use crate::errno::{Errno, Result};
+use crate::runtime::{read_lock, write_lock};
 use crate::sys::*;
 use rustc_hash::FxHashMap;
 use std::any::Any;
@@ -172,8 +173,7 @@ impl<T: Send + Sync + 'static> Registry<T> {
     pub fn insert(&self, addr: usize, obj: Arc<T>) {
         crate::runtime::fork::install();
         let _f = shared();
-        let old =
-            self.map.write().unwrap_or_else(|e| e.into_inner()).insert(addr, (current(), obj));
+        let old = write_lock(&self.map).insert(addr, (current(), obj));
         self.epoch.fetch_add(1, Ordering::AcqRel);
         drop(_f);
         drop(old); // outside the locks: a destructor may use other registries
@@ -194,7 +194,7 @@ impl<T: Send + Sync + 'static> Registry<T> {
         }
         let _f = shared();
         // A `let`, so the map's guard is released before `_f` (a tail expression's would not be).
-        let r = match self.map.read().unwrap_or_else(|e| e.into_inner()).get(&addr) {
+        let r = match read_lock(&self.map).get(&addr) {
             Some((g, o)) if *g == generation => Ok(o.clone()),
             _ => Err(Errno::EINVAL),
         };
@@ -206,7 +206,7 @@ impl<T: Send + Sync + 'static> Registry<T> {
 
     pub fn remove<P>(&self, p: *const P) -> Option<Arc<T>> {
         let _f = shared();
-        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let mut m = write_lock(&self.map);
         let r = match m.get(&(p as usize)) {
             Some((g, _)) if *g == current() => m.remove(&(p as usize)).map(|(_, o)| o),
             _ => None,
@@ -221,7 +221,7 @@ impl<T: Send + Sync + 'static> Registry<T> {
 
     pub fn values(&self) -> Vec<Arc<T>> {
         let _f = shared();
-        let m = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let m = read_lock(&self.map);
         m.values().filter(|(g, _)| *g == current()).map(|(_, o)| o.clone()).collect()
     }
 }

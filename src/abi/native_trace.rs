@@ -14,6 +14,7 @@
 
 use crate::abi::{Forward, PositiveErrno, Value};
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 use crate::sys::*;
 use std::ffi::c_int;
 use std::sync::Mutex;
@@ -23,7 +24,7 @@ use std::sync::Mutex;
 static SAVED: Mutex<Vec<(usize, ibv_context_ops)>> = Mutex::new(Vec::new());
 
 fn saved() -> std::sync::MutexGuard<'static, Vec<(usize, ibv_context_ops)>> {
-    SAVED.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&SAVED)
 }
 
 /// Replaces the data-path slots of native context `ctx` with traced trampolines, once.

@@ -17,6 +17,7 @@
 
 use crate::abi::{Forward, Nothing, NullOr, PositiveErrno};
 use crate::errno::{Errno, Result};
+use crate::runtime::lock;
 use crate::sys::*;
 use std::ffi::{c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
@@ -38,7 +39,7 @@ impl<T> Saved<T> {
         Saved(Mutex::new(Vec::new()))
     }
     fn lock(&self) -> MutexGuard<'_, Vec<(usize, Snapshot<T>)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.0)
     }
     /// `read` of the copy saved for `obj`, if tracing is on and `obj` was wrapped.
     fn get<R>(&self, obj: usize, read: impl FnOnce(&T) -> R) -> Option<R> {

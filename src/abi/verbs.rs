@@ -9,6 +9,7 @@ use crate::abi::{
 use crate::entry;
 use crate::errno::{zero_or, Errno, Result};
 use crate::provider::RecvWqe;
+use crate::runtime::lock;
 use crate::sys::*;
 use crate::verbs::ah::Ah;
 use crate::verbs::cq::{CompChannel, Cq};
@@ -476,7 +477,7 @@ entry! {
             if a.srq_limit > s.max_wr {
                 return Err(Errno::EINVAL);
             }
-            *s.limit.lock().unwrap_or_else(|e| e.into_inner()) = a.srq_limit;
+            *lock(&s.limit) = a.srq_limit;
         }
         Ok(())
     }
@@ -487,7 +488,7 @@ entry! {
         let a = unsafe { out(attr) }?;
         a.max_wr = s.max_wr;
         a.max_sge = s.max_sge;
-        a.srq_limit = *s.limit.lock().unwrap_or_else(|e| e.into_inner());
+        a.srq_limit = *lock(&s.limit);
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use super::engine::engine;
 use super::lock;
 use super::{access, unix};
 use crate::errno::Result;
+use crate::runtime::{read_lock, write_lock};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -75,7 +76,7 @@ impl Acceptor {
 impl Drop for Acceptor {
     fn drop(&mut self) {
         self.0.closed.store(true, Ordering::SeqCst);
-        let listener = self.0.listener.write().unwrap_or_else(|e| e.into_inner()).take();
+        let listener = write_lock(&self.0.listener).take();
         if let (Some(l), Ok(e)) = (&listener, engine()) {
             e.unwatch(l.as_raw_fd());
         }
@@ -125,7 +126,7 @@ impl Inner {
     /// Runs `f` on the listener's descriptor unless the acceptor was dropped (`None`). The
     /// read lock keeps the descriptor open, and its number ours, for the call.
     fn with_listener<R>(&self, f: impl FnOnce(RawFd) -> R) -> Option<R> {
-        let g = self.listener.read().unwrap_or_else(|e| e.into_inner());
+        let g = read_lock(&self.listener);
         g.as_ref().map(|l| f(l.as_raw_fd()))
     }
 

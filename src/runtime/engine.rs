@@ -21,6 +21,7 @@ pub use super::direct::Direct;
 use super::direct::Linger;
 use super::spin::Spell;
 use crate::errno::{check, Result};
+use crate::runtime::lock;
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -222,7 +223,7 @@ impl Engine {
 
     /// Calls `h` with the epoll event mask whenever `fd` is readable or hung up.
     pub fn watch(&self, fd: RawFd, h: Handler) -> Result<()> {
-        self.handlers.lock().unwrap_or_else(|e| e.into_inner()).insert(fd, h);
+        lock(&self.handlers).insert(fd, h);
         let mut ev =
             libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: fd as u64 };
         // SAFETY: valid epoll fd, descriptor and event.
@@ -230,7 +231,7 @@ impl Engine {
             libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev)
         });
         if r.is_err() {
-            self.handlers.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+            lock(&self.handlers).remove(&fd);
         }
         r.map(|_| ())
     }
@@ -240,14 +241,14 @@ impl Engine {
     /// again at least every millisecond. For a socket that a polling application reads itself,
     /// so that each datagram does not also wake the progress thread.
     pub fn watch_parkable(&self, fd: RawFd, h: ParkHandler) -> Result<()> {
-        self.parkable.lock().unwrap_or_else(|e| e.into_inner()).insert(fd, h);
+        lock(&self.parkable).insert(fd, h);
         let mut ev = libc::epoll_event { events: PARKABLE_EVENTS, u64: fd as u64 };
         // SAFETY: valid epoll fd, descriptor and event.
         let r = check(unsafe {
             libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev)
         });
         if r.is_err() {
-            self.parkable.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
+            lock(&self.parkable).remove(&fd);
         }
         r.map(|_| ())
     }
@@ -257,10 +258,8 @@ impl Engine {
     /// there first, without the wake-up that finding costs. One `epoll_ctl` when it was not
     /// parked yet.
     pub fn park(&self, fd: RawFd) {
-        let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        if !l.contains(&fd)
-            && self.parkable.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&fd)
-        {
+        let mut l = lock(&self.parked);
+        if !l.contains(&fd) && lock(&self.parkable).contains_key(&fd) {
             l.push(fd);
             // One-shot and no readiness asked: disarmed until re-armed (an error reported
             // meanwhile reaches the handler, which parks it again).
@@ -282,7 +281,7 @@ impl Engine {
     /// The application no longer reads `fd`: its watch is armed again now, so what arrives (or
     /// already waits) wakes the progress thread, with no kick to make it look.
     pub fn unpark(&self, fd: RawFd) {
-        let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = lock(&self.parked);
         if let Some(i) = l.iter().position(|&p| p == fd) {
             l.swap_remove(i);
             self.rearm(fd);
@@ -292,7 +291,7 @@ impl Engine {
     /// A thread will sleep on a channel (a CQ was armed): the sockets parked for a polling
     /// application must be read by the progress thread again now, not at the next look.
     pub fn unpark_soon(&self) {
-        if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        if !lock(&self.parked).is_empty() {
             self.kick();
         }
     }
@@ -342,9 +341,9 @@ impl Engine {
     fn check_parked(&self) -> bool {
         // The handlers are asked with the lock released (a copy is walked): an application
         // parking or unparking meanwhile must not wait for them.
-        let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let parked = lock(&self.parked).clone();
         for fd in parked {
-            let h = self.parkable.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned();
+            let h = lock(&self.parkable).get(&fd).cloned();
             let take = h.is_none_or(|h| {
                 !matches!(
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(0))),
@@ -352,14 +351,14 @@ impl Engine {
                 )
             });
             if take {
-                let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+                let mut l = lock(&self.parked);
                 if let Some(i) = l.iter().position(|&p| p == fd) {
                     l.swap_remove(i);
                     self.rearm(fd); // unwatched meanwhile: harmless
                 }
             }
         }
-        !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !lock(&self.parked).is_empty()
     }
 
     /// Stops watching `fd`; call before closing it.
@@ -368,14 +367,14 @@ impl Engine {
         unsafe {
             libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut())
         };
-        self.handlers.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
-        self.parkable.lock().unwrap_or_else(|e| e.into_inner()).remove(&fd);
-        self.parked.lock().unwrap_or_else(|e| e.into_inner()).retain(|&p| p != fd);
+        lock(&self.handlers).remove(&fd);
+        lock(&self.parkable).remove(&fd);
+        lock(&self.parked).retain(|&p| p != fd);
     }
 
     /// Makes the progress thread run by `at` even if nothing else wakes it.
     pub fn wake_at(&self, at: std::time::Instant) {
-        let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        let mut d = lock(&self.deadline);
         if d.is_none_or(|cur| at < cur) {
             *d = Some(at);
             drop(d);
@@ -389,7 +388,7 @@ impl Engine {
     /// thread wake-up each time for nothing.
     pub fn wake_by(&self, at: Instant) {
         {
-            let mut soon = self.soon.lock().unwrap_or_else(|e| e.into_inner());
+            let mut soon = lock(&self.soon);
             let earliest = soon.peek().is_none_or(|Reverse(cur)| at < *cur);
             soon.push(Reverse(at));
             if !earliest {
@@ -407,14 +406,14 @@ impl Engine {
     /// Runs `f` on the progress thread once `after` has passed.
     pub fn after(&self, after: Duration, f: Timer) {
         let at = Instant::now() + after;
-        self.timers.lock().unwrap_or_else(|e| e.into_inner()).push((at, f));
+        lock(&self.timers).push((at, f));
         self.wake_at(at);
     }
 
     fn fire_timers(&self) {
         let now = Instant::now();
         let (due, next) = {
-            let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut t = lock(&self.timers);
             if t.is_empty() {
                 return;
             }
@@ -435,7 +434,7 @@ impl Engine {
     fn timer_timeout(&self) -> Option<Duration> {
         let now = std::time::Instant::now();
         let coarse = {
-            let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+            let mut d = lock(&self.deadline);
             match *d {
                 Some(at) if at <= now => {
                     *d = None;
@@ -446,7 +445,7 @@ impl Engine {
             }
         };
         let precise = {
-            let mut soon = self.soon.lock().unwrap_or_else(|e| e.into_inner());
+            let mut soon = lock(&self.soon);
             let mut reached = false;
             while soon.peek().is_some_and(|Reverse(at)| *at <= now) {
                 soon.pop();
@@ -462,7 +461,7 @@ impl Engine {
     }
 
     pub fn add_pollable(&self, p: Weak<dyn Pollable>) {
-        self.pollables.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+        lock(&self.pollables).push(p);
         self.kick();
     }
 
@@ -480,7 +479,7 @@ impl Engine {
         }
         let mut list = LIST.with(|l| l.take());
         {
-            let mut l = self.pollables.lock().unwrap_or_else(|e| e.into_inner());
+            let mut l = lock(&self.pollables);
             l.retain(|w| w.strong_count() > 0);
             list.extend(l.iter().filter_map(|w| w.upgrade()));
         }
@@ -539,7 +538,7 @@ impl Engine {
                 if self.poll_all() {
                     waiting.fetch_and(!SLEEP_EPOLL, Ordering::SeqCst);
                     Some(Duration::ZERO)
-                } else if !self.parked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+                } else if !lock(&self.parked).is_empty()
                     || event_loop
                     || !self.linger.may_sleep_forever()
                 {
@@ -572,12 +571,7 @@ impl Engine {
                     self.bell.drain();
                     continue;
                 }
-                let h = self
-                    .handlers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&(token as RawFd))
-                    .cloned();
+                let h = lock(&self.handlers).get(&(token as RawFd)).cloned();
                 if let Some(h) = h {
                     let mask = ev.events;
                     // A bug in one handler must not stop progress for the whole process.
@@ -585,12 +579,12 @@ impl Engine {
                     continue;
                 }
                 let fd = token as RawFd;
-                let p = self.parkable.lock().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned();
+                let p = lock(&self.parkable).get(&fd).cloned();
                 if let Some(p) = p {
                     let mask = ev.events;
                     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p(mask))) {
                         Ok(false) => {
-                            let mut l = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut l = lock(&self.parked);
                             if !l.contains(&fd) {
                                 l.push(fd);
                             }

@@ -20,6 +20,7 @@
 //! it before this thread does), so an event found spinning costs no system call.
 
 use crate::errno::{check, Errno, Result};
+use crate::runtime::lock;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -105,7 +106,7 @@ impl<T> FdQueue<T> {
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner<T>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// Makes the fd readable exactly while items are pending (under the lock). A read only

@@ -11,6 +11,8 @@
 //! under `shared()`; the prepare handler takes the same lock exclusively, so no other thread is
 //! inside one of them at the moment of fork and the child finds them unlocked.
 
+use crate::runtime::lock;
+use crate::runtime::{read_lock, write_lock};
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -31,7 +33,7 @@ static CHILD_HOOKS: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new
 /// child would otherwise write through to the parent. Registering twice runs it once.
 pub fn at_child(f: fn()) {
     let _g = shared();
-    let mut hooks = CHILD_HOOKS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut hooks = lock(&CHILD_HOOKS);
     if !hooks.contains(&f) {
         hooks.push(f);
     }
@@ -44,11 +46,11 @@ thread_local! {
 
 /// Held while using a table that a forked child uses again; never held across a call out.
 pub fn shared() -> RwLockReadGuard<'static, ()> {
-    FORK_LOCK.read().unwrap_or_else(|e| e.into_inner())
+    read_lock(&FORK_LOCK)
 }
 
 extern "C" fn before() {
-    let g = FORK_LOCK.write().unwrap_or_else(|e| e.into_inner());
+    let g = write_lock(&FORK_LOCK);
     HELD.with(|h| *h.borrow_mut() = Some(g));
 }
 
@@ -167,7 +169,7 @@ mod tests {
     #[test]
     fn a_forked_child_gets_its_own_value() {
         let parent = TABLE.get();
-        let held = parent.lock().unwrap_or_else(|e| e.into_inner());
+        let held = lock(parent);
         // SAFETY: the child only builds and locks its table, then leaves with _exit (no
         // destructors, no test harness code).
         let pid = unsafe { libc::fork() };

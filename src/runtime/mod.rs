@@ -19,11 +19,21 @@ pub mod spin;
 pub mod udp;
 pub mod unix;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Locks `m`, taking over from a holder that panicked: a panic is caught at the C boundary
 /// (`abi::call`) and the process goes on with the state the holder left, which every lock
 /// here keeps consistent between statements.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes `l` for reading, past a panicked writer, for the reason `lock` gives.
+pub fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes `l` for writing, past a panicked holder, for the reason `lock` gives.
+pub fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
 }

@@ -9,6 +9,7 @@
 
 use crate::runtime::fdqueue::FdQueue;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::sys::*;
 use std::sync::{Condvar, Mutex};
 
@@ -32,7 +33,7 @@ static UNACKED: PerProcess<Mutex<Vec<(usize, u32)>>> = PerProcess::new(|| Mutex:
 static ACKED: Condvar = Condvar::new();
 
 fn unacked() -> std::sync::MutexGuard<'static, Vec<(usize, u32)>> {
-    UNACKED.get().lock().unwrap_or_else(|e| e.into_inner())
+    lock(UNACKED.get())
 }
 
 /// The object an event of this type is affiliated with, if any (rdma-core's rule: the

@@ -7,6 +7,7 @@ use super::objects;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::{read_lock, write_lock};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use std::net::IpAddr;
@@ -132,7 +133,7 @@ static GIDS: PerProcess<RwLock<Option<(Gids, Instant)>>> = PerProcess::new(|| Rw
 
 fn refresh() -> Gids {
     let t = Gids::read_host();
-    *GIDS.get().write().unwrap_or_else(|e| e.into_inner()) = Some((t, Instant::now()));
+    *write_lock(GIDS.get()) = Some((t, Instant::now()));
     t
 }
 
@@ -146,7 +147,7 @@ pub fn gids() -> Gids {
 
 /// The cached table if it is younger than `GIDS_TTL`.
 fn cached() -> Option<Gids> {
-    let c = *GIDS.get().read().unwrap_or_else(|e| e.into_inner());
+    let c = *read_lock(GIDS.get());
     c.filter(|(_, at)| at.elapsed() < GIDS_TTL).map(|(t, _)| t)
 }
 

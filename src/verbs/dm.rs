@@ -22,6 +22,7 @@ use super::objects;
 use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
+use crate::runtime::lock;
 use crate::sys::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -101,7 +102,7 @@ impl Drop for DmMem {
             return; // another process's pages: the file's mapping goes with it
         }
         // Other processes lose the pages first (they go back to private memory).
-        if let Some(s) = self.exported.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(s) = lock(&self.exported).take() {
             s.revoke();
         }
         // SAFETY: our own mapping, made in `new`; nobody reaches it any more (its last `Arc`
@@ -212,13 +213,13 @@ impl Dm {
 
     /// Whether `ibv_free_dm` freed it.
     pub fn is_freed(&self) -> bool {
-        *self.freed.lock().unwrap_or_else(|e| e.into_inner())
+        *lock(&self.freed)
     }
 
     /// `ibv_free_dm`: `EBUSY` while an MR is registered over the DM.
     pub fn free(p: *mut ibv_dm) -> Result<()> {
         let dm = objects().dms.get(p)?;
-        let mut freed = dm.freed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut freed = lock(&dm.freed);
         if *freed {
             return Err(Errno::EINVAL);
         }
@@ -282,7 +283,7 @@ impl Dm {
         if length == 0 || !within(self.mem.len, offset, length) {
             return Err(Errno::EINVAL);
         }
-        let freed = self.freed.lock().unwrap_or_else(|e| e.into_inner());
+        let freed = lock(&self.freed);
         if *freed {
             return Err(Errno::EINVAL);
         }

@@ -22,6 +22,8 @@ use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{Checked, KeySpace, MemoryKeys, Region, Sge, SharedRegion};
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
+use crate::runtime::{read_lock, write_lock};
 use crate::sys::*;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -254,7 +256,7 @@ impl Reg {
     }
 
     fn export_lock(&self) -> std::sync::MutexGuard<'_, Export> {
-        self.exported.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.exported)
     }
 
     /// Ends the registration for peers, once its keys are out of the table: an access that was
@@ -309,7 +311,7 @@ impl Mr {
         access: i32,
     ) -> Result<*mut ibv_mr> {
         let reg = Arc::new(Reg::new(pd, addr, len, iova, access)?);
-        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = write_lock(KEYS.get());
         let key = fresh_key(&keys);
         Ok(Self::publish(&mut keys, key, reg, addr, len, key))
     }
@@ -325,7 +327,7 @@ impl Mr {
         dm: Arc<DmMem>,
     ) -> Result<*mut ibv_mr> {
         let reg = Reg { dm: Some(dm), ..Reg::new(pd, addr, len, 0, access)? };
-        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = write_lock(KEYS.get());
         let key = fresh_key(&keys);
         Ok(Self::publish(&mut keys, key, Arc::new(reg), std::ptr::null_mut(), len, key))
     }
@@ -370,9 +372,9 @@ impl Mr {
     /// good for `ibv_dereg_mr` only).
     fn end(p: *mut ibv_mr, mr: &Mr, keep: bool) -> Result<()> {
         // Under the registration's lock: a racing ibv_rereg_mr cannot put the key back.
-        let reg = mr.reg.write().unwrap_or_else(|e| e.into_inner());
+        let reg = write_lock(&mr.reg);
         {
-            let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+            let mut keys = write_lock(KEYS.get());
             // Binds count their windows under this lock: none can start meanwhile.
             if mr.windows.load(Ordering::Acquire) > 0 {
                 return Err(Errno::EBUSY); // a window is bound to it (as the kernel says)
@@ -411,7 +413,7 @@ impl Mr {
         let hidden =
             |addr: usize, access| Reg::plain(pd.clone(), (addr, NULL_LEN, addr as u64, access));
         let (zero, sink) = (hidden(space.zero, 0), hidden(space.sink, ACCESS_LOCAL_WRITE));
-        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = write_lock(KEYS.get());
         let nk = NullKeys { zero: fresh_key(&keys), sink: 0 };
         keys.insert(nk.zero, Arc::new(zero));
         let nk = NullKeys { sink: fresh_key(&keys), ..nk };
@@ -440,7 +442,7 @@ impl Mr {
     }
 
     pub fn reg(&self) -> Arc<Reg> {
-        self.reg.read().unwrap_or_else(|e| e.into_inner()).clone()
+        read_lock(&self.reg).clone()
     }
 
     pub fn pd(&self) -> Arc<Pd> {
@@ -458,13 +460,7 @@ pub fn lookup(
     need: u32,
     space: KeySpace,
 ) -> std::result::Result<(Arc<Reg>, u64), AccessError> {
-    let reg = KEYS
-        .get()
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-        .cloned()
-        .ok_or(AccessError::Protection)?;
+    let reg = read_lock(KEYS.get()).get(&key).cloned().ok_or(AccessError::Protection)?;
     let local = check(&reg, pd, addr, len, need, space)?;
     Ok((reg, local))
 }
@@ -507,7 +503,7 @@ pub fn translate_sge(s: Sge, writes: bool) -> Sge {
     if TRANSLATED.load(Ordering::Relaxed) == 0 || s.length == 0 {
         return s;
     }
-    let reg = KEYS.get().read().unwrap_or_else(|e| e.into_inner()).get(&s.lkey).cloned();
+    let reg = read_lock(KEYS.get()).get(&s.lkey).cloned();
     let Some(r) = reg.filter(|r| r.translated()) else { return s };
     if let (Some(n), Some(space)) = (r.null, null_space()) {
         return match writes {
@@ -548,14 +544,14 @@ impl MemoryKeys for Pd {
         space: KeySpace,
         f: &mut dyn FnMut(u64),
     ) -> std::result::Result<(), AccessError> {
-        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
+        let keys = read_lock(KEYS.get());
         let reg = keys.get(&key).ok_or(AccessError::Protection)?;
         f(check(reg, self, addr, len, need, space)?);
         Ok(())
     }
 
     fn shared(&self, key: u32) -> Option<Arc<dyn SharedRegion>> {
-        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
+        let keys = read_lock(KEYS.get());
         let reg = keys.get(&key).filter(|r| std::ptr::eq(Arc::as_ptr(&r.pd), self))?;
         reg.share.clone()
     }

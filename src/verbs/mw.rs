@@ -18,6 +18,8 @@ use super::pd::Pd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{AccessError, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE};
+use crate::runtime::lock;
+use crate::runtime::{read_lock, write_lock};
 use crate::sys::*;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
@@ -96,7 +98,7 @@ impl Mw {
         r.pd = given;
         r.type_ = kind;
         let p = raw.as_ptr();
-        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = write_lock(KEYS.get());
         let rkey = fresh_key(&keys);
         // SAFETY: p is the fresh struct, ours, not yet handed out.
         unsafe {
@@ -117,8 +119,8 @@ impl Mw {
     /// `ibv_dealloc_mw`: the window's key reaches nothing from now on.
     pub fn dealloc(p: *mut ibv_mw) -> Result<()> {
         let mw = objects().mws.remove(p).ok_or(Errno::EINVAL)?;
-        let mut st = mw.state.lock().unwrap_or_else(|e| e.into_inner());
-        let old = KEYS.get().write().unwrap_or_else(|e| e.into_inner()).remove(&st.rkey);
+        let mut st = lock(&mw.state);
+        let old = write_lock(KEYS.get()).remove(&st.rkey);
         unbind(old, st.bound.take());
         Ok(())
     }
@@ -186,7 +188,7 @@ pub fn check_bind(
         return Err(Errno::EINVAL);
     }
     if let Some(k) = rkey {
-        let cur = mw.state.lock().unwrap_or_else(|e| e.into_inner()).rkey;
+        let cur = lock(&mw.state).rkey;
         if k >> 8 != cur >> 8 {
             return Err(Errno::EINVAL); // a type 2 window keeps its index
         }
@@ -211,7 +213,7 @@ impl Bind {
     /// window is bound already (it must be invalidated first).
     fn execute(&self) -> u32 {
         let mw = &self.mw;
-        let mut st = mw.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&mw.state);
         if mw.kind == TYPE_2 && st.bound.is_some() && self.to.is_some() {
             return IBV_WC_MW_BIND_ERR;
         }
@@ -232,7 +234,7 @@ impl Bind {
                 )
             }
         };
-        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = write_lock(KEYS.get());
         if !objects().mws.contains(mw.raw.as_ptr()) {
             return IBV_WC_MW_BIND_ERR; // deallocated meanwhile
         }
@@ -257,21 +259,16 @@ impl Bind {
 /// or a peer's SEND with invalidate); the window keeps its key, unbound.
 pub fn invalidate(pd: &Pd, rkey: u32) -> std::result::Result<(), AccessError> {
     // The window, found without its lock held (its lock comes before the table's).
-    let weak: Option<Weak<Mw>> = KEYS
-        .get()
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&rkey)
-        .and_then(|r| r.window.clone());
+    let weak: Option<Weak<Mw>> = read_lock(KEYS.get()).get(&rkey).and_then(|r| r.window.clone());
     let mw = weak.and_then(|w| w.upgrade()).ok_or(AccessError::Protection)?;
     if mw.kind != TYPE_2 || !std::ptr::eq(Arc::as_ptr(&mw.pd), pd) {
         return Err(AccessError::Protection);
     }
-    let mut st = mw.state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = lock(&mw.state);
     if st.rkey != rkey || st.bound.is_none() {
         return Err(AccessError::Protection);
     }
-    let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+    let mut keys = write_lock(KEYS.get());
     if !keys.contains_key(&rkey) {
         return Err(AccessError::Protection); // deallocated meanwhile
     }

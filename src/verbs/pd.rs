@@ -19,6 +19,7 @@ use super::mr::Mr;
 use super::objects;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
+use crate::runtime::lock;
 use crate::sys::*;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -168,7 +169,7 @@ impl Pd {
             // an MR's C `pd` (busy() uses the list below); a raw write of one field.
             unsafe { std::ptr::addr_of_mut!((*p).pd).write(self.raw.as_ptr()) };
             if let Ok(m) = objects().mrs.get(p) {
-                let mut l = parent.mrs.lock().unwrap_or_else(|e| e.into_inner());
+                let mut l = lock(&parent.mrs);
                 l.retain(|w| w.strong_count() > 0);
                 l.push(Arc::downgrade(&m));
             }
@@ -210,7 +211,7 @@ impl Pd {
             objects().pds.remove(h.raw.as_ptr());
         }
         {
-            let mut destroyed = DESTROYED.lock().unwrap_or_else(|e| e.into_inner());
+            let mut destroyed = lock(&DESTROYED);
             // The owner's word that the object is gone may have put `p` there already.
             destroyed.retain(|h| h.ptr() != p);
             destroyed.extend(others.into_iter().map(Stale::of));
@@ -246,7 +247,7 @@ impl Pd {
         for h in &handles {
             objects().pds.remove(h.raw.as_ptr());
         }
-        let mut destroyed = DESTROYED.lock().unwrap_or_else(|e| e.into_inner());
+        let mut destroyed = lock(&DESTROYED);
         destroyed.extend(handles.into_iter().map(Stale::of));
     }
 
@@ -254,7 +255,7 @@ impl Pd {
     /// destroyed is released too.
     pub fn unimport(p: *mut ibv_pd) {
         objects().pds.remove(p);
-        DESTROYED.lock().unwrap_or_else(|e| e.into_inner()).retain(|h| h.ptr() != p);
+        lock(&DESTROYED).retain(|h| h.ptr() != p);
     }
 
     fn busy(pd: &Arc<Pd>) -> bool {
@@ -263,7 +264,7 @@ impl Pd {
         // Objects hold their domain; their C struct names the PD or parent domain given.
         let holds = |d: &Arc<Pd>, named: *mut ibv_pd| Arc::ptr_eq(d, pd) || named == me;
         let parent_mrs = pd.parent.as_ref().is_some_and(|w| {
-            let l = w.mrs.lock().unwrap_or_else(|e| e.into_inner());
+            let l = lock(&w.mrs);
             l.iter()
                 .filter_map(Weak::upgrade)
                 .any(|m| o.mrs.get(m.raw.as_ptr()).is_ok_and(|live| Arc::ptr_eq(&live, &m)))

@@ -8,6 +8,7 @@
 
 use crate::errno::{Errno, Result};
 use crate::runtime::fork;
+use crate::runtime::lock;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,7 +21,7 @@ static LIVE: Lazy<Mutex<HashMap<usize, usize>>> = Lazy::new(|| Mutex::new(HashMa
 fn with_live<R>(f: impl FnOnce(&mut HashMap<usize, usize>) -> R) -> R {
     fork::install();
     let _f = fork::shared();
-    let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = lock(&LIVE);
     let r = f(&mut g);
     drop(g);
     r

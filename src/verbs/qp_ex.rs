@@ -19,6 +19,8 @@ pub use super::send_wr::Op;
 use super::send_wr::SendWr;
 use crate::errno::{Errno, Result};
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
+use crate::runtime::{read_lock, write_lock};
 use crate::sys::*;
 use std::collections::HashMap;
 use std::mem::offset_of;
@@ -148,7 +150,7 @@ static EX: PerProcess<RwLock<HashMap<usize, Arc<QpEx>>>> =
 /// QP's lock).
 pub fn enable(qp: &Arc<Qp>, fill: impl FnOnce(&mut ibv_qp_ex)) -> Arc<QpEx> {
     let addr = qp.ptr() as usize;
-    let mut map = EX.get().write().unwrap_or_else(|e| e.into_inner());
+    let mut map = write_lock(EX.get());
     if let Some(x) = map.get(&addr) {
         if x.qp.upgrade().is_some_and(|q| Arc::ptr_eq(&q, qp)) {
             return x.clone();
@@ -190,7 +192,7 @@ pub fn lookup(p: *const ibv_qp_ex) -> Result<Arc<QpEx>> {
     if p.is_null() {
         return Err(Errno::EINVAL);
     }
-    let map = EX.get().read().unwrap_or_else(|e| e.into_inner());
+    let map = read_lock(EX.get());
     match map.get(&(p as usize)) {
         Some(x) if x.qp.strong_count() > 0 => Ok(x.clone()),
         _ => Err(Errno::EINVAL),
@@ -199,14 +201,14 @@ pub fn lookup(p: *const ibv_qp_ex) -> Result<Arc<QpEx>> {
 
 impl QpEx {
     fn with<R>(&self, f: impl FnOnce(&mut Pending) -> R) -> R {
-        f(&mut self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&mut lock(&self.pending))
     }
 
     /// `wr_start`: enters the QP's critical region, waiting while another thread is inside
     /// it, and opens a new batch (dropping one this thread left open).
     pub fn start(&self) {
         let me = std::thread::current().id();
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = lock(&self.pending);
         while p.open && p.owner.is_some_and(|o| o != me) {
             p = self.left.wait(p).unwrap_or_else(|e| e.into_inner());
         }

@@ -7,6 +7,7 @@ use super::xrcd::Xrcd;
 use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{RecvWqe, SharedRecvQueue};
+use crate::runtime::lock;
 use crate::sys::*;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -162,7 +163,7 @@ impl Srq {
         wqes: Vec<RecvWqe>,
         pushed: &mut usize,
     ) -> std::result::Result<(), (usize, Errno)> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = lock(&self.queue);
         for (i, w) in wqes.into_iter().enumerate() {
             if w.sges.len() > self.max_sge as usize {
                 return Err((i, Errno::EINVAL));
@@ -179,11 +180,11 @@ impl Srq {
     /// Takes the oldest receive; an armed limit that the queue drops below raises
     /// `IBV_EVENT_SRQ_LIMIT_REACHED` once (the limit disarms, as the verbs spec says).
     pub fn pop(&self) -> Option<RecvWqe> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = lock(&self.queue);
         let w = q.pop_front()?;
         let left = q.len() as u32;
         drop(q);
-        let mut limit = self.limit.lock().unwrap_or_else(|e| e.into_inner());
+        let mut limit = lock(&self.limit);
         if *limit > 0 && left < *limit {
             *limit = 0;
             drop(limit);
@@ -202,7 +203,7 @@ impl SharedRecvQueue for Srq {
     }
 
     fn is_empty(&self) -> bool {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        lock(&self.queue).is_empty()
     }
 
     fn set_starved(&self) {

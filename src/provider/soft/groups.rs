@@ -16,6 +16,7 @@
 
 use crate::errno::{Errno, Result};
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::runtime::unix;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -88,13 +89,13 @@ static SENDERS: PerProcess<Mutex<Senders>> = PerProcess::new(|| Mutex::new(Sende
 
 /// The QPs attached to `mgid` on this host, for a send (see the module's text).
 pub fn members(mgid: &[u8; 16]) -> Vec<u32> {
-    let mut s = SENDERS.get().lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = lock(SENDERS.get());
     s.members(mgid)
 }
 
 /// A member of `mgid` that a send found gone: dropped from this process's list.
 pub fn gone(mgid: &[u8; 16], qpn: u32) {
-    let mut s = SENDERS.get().lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = lock(SENDERS.get());
     if let Some(g) = s.groups.get_mut(mgid) {
         g.members.retain(|&m| m != qpn);
     }

@@ -13,6 +13,7 @@ use super::ring::{Ring, LINK_SIZE};
 use crate::errno::{Errno, Result};
 use crate::runtime::engine::{engine, Bell};
 use crate::runtime::fork;
+use crate::runtime::lock;
 use crate::runtime::shm::Shm;
 use crate::runtime::unix::{self, Pod};
 use std::mem::size_of;
@@ -153,7 +154,7 @@ impl Link {
     }
 
     fn lock_grants(&self) -> std::sync::MutexGuard<'_, Grants> {
-        self.grants.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.grants)
     }
 
     fn read_messages(&self, g: &mut Grants) -> Result<bool> {

@@ -15,6 +15,7 @@ use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::{engine, on_progress_thread, Pollable};
 use crate::runtime::fork;
 use crate::runtime::lock;
+use crate::runtime::{read_lock, write_lock};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use rustc_hash::FxHashMap;
@@ -178,7 +179,7 @@ impl SoftQp {
             )?;
         }
         let f = fork::shared();
-        BY_QPN.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, w.clone());
+        write_lock(&BY_QPN).insert(qpn, w.clone());
         drop(f);
         let pw: Weak<dyn Pollable> = w;
         eng.add_pollable(pw);
@@ -482,7 +483,7 @@ impl TransportQp for SoftQp {
             e.unwatch(self.listener.as_raw_fd());
         }
         let f = fork::shared();
-        BY_QPN.write().unwrap_or_else(|e| e.into_inner()).remove(&self.qpn);
+        write_lock(&BY_QPN).remove(&self.qpn);
         drop(f);
         super::net::endpoint::release(self.qpn);
         let mut st = lock(&self.st);
@@ -494,7 +495,7 @@ impl TransportQp for SoftQp {
         st.ud_rings = Default::default();
         drop(st);
         // Our receiving rings close too: their senders go back to the (now refused) socket.
-        *self.ud_reading.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
+        *lock(&self.ud_reading) = Default::default();
     }
 }
 
@@ -532,9 +533,7 @@ pub(super) fn send_kept_acks_at_exit() {
     extern "C" fn at_exit() {
         // No panic may leave through exit(3).
         let _ = std::panic::catch_unwind(|| {
-            let qps: Vec<Arc<SoftQp>> = BY_QPN
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
+            let qps: Vec<Arc<SoftQp>> = read_lock(&BY_QPN)
                 .values()
                 .filter_map(Weak::upgrade)
                 .filter(|q| q.generation == fork::generation())
@@ -571,7 +570,7 @@ pub fn deliver_packet(
         return q.on_net_packet(pkt, from, now);
     }
     let f = fork::shared();
-    let qp = BY_QPN.read().unwrap_or_else(|e| e.into_inner()).get(&qpn).and_then(|w| w.upgrade());
+    let qp = read_lock(&BY_QPN).get(&qpn).and_then(|w| w.upgrade());
     drop(f);
     match qp.filter(|q| q.generation == fork::generation()) {
         Some(q) if q.ud => q.on_net_ud(pkt, from, to),
@@ -621,7 +620,7 @@ impl Drop for Delivered {
 fn on_handshake(conn: OwnedFd, first: &[u8], fds: Vec<OwnedFd>) {
     let Ok(h) = link::parse_hello(first) else { return };
     let f = fork::shared();
-    let table = BY_QPN.read().unwrap_or_else(|e| e.into_inner());
+    let table = read_lock(&BY_QPN);
     let qp = table.get(&h.to_qpn).and_then(|w| w.upgrade());
     drop(table);
     drop(f);

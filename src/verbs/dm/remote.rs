@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::provider::SharedRegion;
+use crate::runtime::lock;
 use crate::runtime::shm::Shm;
 use std::os::fd::OwnedFd;
 
@@ -39,7 +40,7 @@ impl Dm {
     /// the DM's pages move to one file; those MRs keep the copy path.
     pub fn export(&self) -> Result<(Arc<dyn SharedRegion>, usize)> {
         let mem = &self.mem;
-        let mut e = mem.exported.lock().unwrap_or_else(|e| e.into_inner());
+        let mut e = lock(&mem.exported);
         let s = match &*e {
             Some(s) => s.clone(),
             None => {

@@ -10,7 +10,9 @@
 //! deregister. `ibv_unimport_mr` drops our struct, and the key with the last one.
 
 use super::*;
+use crate::runtime::lock;
 use crate::runtime::shm::Shm;
+use crate::runtime::{read_lock, write_lock};
 use std::os::fd::OwnedFd;
 
 /// An MR of another process, imported here.
@@ -120,8 +122,8 @@ impl Mr {
             ..Reg::plain(pd.domain(), (addr, d.len, d.iova, access))
         };
         let reg = {
-            let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
-            let mut ended = ENDED.lock().unwrap_or_else(|e| e.into_inner());
+            let mut keys = write_lock(KEYS.get());
+            let mut ended = lock(&ENDED);
             if let Some(at) =
                 ended.iter().position(|(e, k)| *k == d.key && *e == exporter_of(&fresh))
             {
@@ -176,11 +178,11 @@ impl Mr {
         {
             // Under the table's lock, as `import_from` checks: an import under way (its key not
             // in the table yet) finds the word and fails.
-            let keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+            let keys = write_lock(KEYS.get());
             let held =
                 keys.values().any(|r| r.import.as_ref().is_some_and(|i| i.is(exporter, key)));
             if !held {
-                let mut ended = ENDED.lock().unwrap_or_else(|e| e.into_inner());
+                let mut ended = lock(&ENDED);
                 if ended.len() == ENDED_MAX {
                     ended.remove(0);
                 }
@@ -201,7 +203,7 @@ impl Mr {
 /// Drops the keys of our imports that `f` picks.
 fn forget_where(f: impl Fn(&ImportedMem, &Reg) -> bool) {
     let gone: Vec<Arc<Reg>> = {
-        let keys = KEYS.get().read().unwrap_or_else(|e| e.into_inner());
+        let keys = read_lock(KEYS.get());
         keys.values().filter(|r| r.import.as_ref().is_some_and(|i| f(i, r))).cloned().collect()
     };
     for reg in gone {
@@ -238,7 +240,7 @@ fn same_import(a: &Reg, b: &Reg) -> bool {
 fn drop_key(reg: &Arc<Reg>) {
     let Some(im) = &reg.import else { return };
     let removed = {
-        let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = write_lock(KEYS.get());
         match keys.get(&im.key) {
             Some(r) if Arc::ptr_eq(r, reg) => keys.remove(&im.key).is_some(),
             _ => false,

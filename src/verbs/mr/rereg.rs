@@ -1,6 +1,7 @@
 //! `ibv_rereg_mr`: a new registration for an MR, keeping its keys.
 
 use super::*;
+use crate::runtime::write_lock;
 
 const REREG_TRANSLATION: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_TRANSLATION.0 as i32;
 const REREG_PD: i32 = ibv_rereg_mr_flags::IBV_REREG_MR_CHANGE_PD.0 as i32;
@@ -29,7 +30,7 @@ impl Mr {
         }
         // A parent domain stands for its innermost PD, as at registration (`Pd::reg_mr`).
         let pd = if flags & REREG_PD != 0 { Some(objects().pds.get(pd)?.domain()) } else { None };
-        let mut cur = mr.reg.write().unwrap_or_else(|e| e.into_inner());
+        let mut cur = write_lock(&mr.reg);
         if mr.windows.load(Ordering::Acquire) > 0 {
             return Ok(Err(Errno::EBUSY)); // a window is bound to the region
         }
@@ -63,7 +64,7 @@ impl Mr {
             }
         };
         {
-            let mut keys = KEYS.get().write().unwrap_or_else(|e| e.into_inner());
+            let mut keys = write_lock(KEYS.get());
             if !keys.contains_key(&mr.key) {
                 drop(keys);
                 reg.revoke(); // deregistered meanwhile: the key stays gone

@@ -8,6 +8,7 @@
 //! mapping afterwards reaches an orphaned file and never our memory.
 
 use crate::provider::SharedRegion;
+use crate::runtime::lock;
 use crate::runtime::{fork, maps};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,7 +55,7 @@ unsafe impl Sync for SharedMem {}
 static LIVE: Mutex<Vec<Weak<SharedMem>>> = Mutex::new(Vec::new());
 
 fn lock_live() -> std::sync::MutexGuard<'static, Vec<Weak<SharedMem>>> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&LIVE)
 }
 
 /// Why a region keeps the copy path (for the trace).

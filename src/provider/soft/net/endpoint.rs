@@ -15,6 +15,7 @@
 use crate::errno::{Errno, Result};
 use crate::provider::soft::roce::ROCE_UDP_PORT;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::runtime::{fork, udp};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -102,7 +103,7 @@ struct Table {
 static TABLE: PerProcess<Mutex<Option<Table>>> = PerProcess::new(|| Mutex::new(None));
 
 fn table() -> std::sync::MutexGuard<'static, Option<Table>> {
-    let mut t = TABLE.get().lock().unwrap_or_else(|e| e.into_inner());
+    let mut t = lock(TABLE.get());
     // A forked child starts without sockets: the parent's stay the parent's.
     if t.as_ref().is_some_and(|t| t.generation != fork::generation()) {
         if let Some(old) = t.take() {

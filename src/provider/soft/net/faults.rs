@@ -7,6 +7,7 @@
 use super::endpoint::{self, Sock};
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use std::cell::Cell;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -148,7 +149,7 @@ fn fate_of(f: &Faults, sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAdd
         }
     }
     if draw() < f.reorder {
-        let mut slot = HELD.get().lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(HELD.get());
         if slot.is_none() {
             *slot = Some(held());
             drop(slot);
@@ -185,7 +186,7 @@ pub fn send_all(sock: &Arc<Sock>, bufs: &[&[u8]], src: IpAddr, dst: SocketAddr) 
             Fate::Go => order.push(Out::Ours(i)),
             Fate::GoTwice => order.extend([Out::Ours(i), Out::Ours(i)]),
         }
-        if let Some(h) = HELD.get().lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(h) = lock(HELD.get()).take() {
             released.push(h.buf);
             order.push(Out::Released(released.len() - 1));
         }
@@ -218,7 +219,7 @@ pub fn send(sock: &Arc<Sock>, buf: &[u8], src: IpAddr, dst: SocketAddr) {
 }
 
 fn release_held() {
-    let h = HELD.get().lock().unwrap_or_else(|e| e.into_inner()).take();
+    let h = lock(HELD.get()).take();
     if let Some(h) = h {
         h.send();
     }

@@ -12,6 +12,7 @@ use crate::provider::soft::roce::{self, Flow, ROCE_UDP_PORT};
 use crate::provider::MCAST_QPN;
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::runtime::socket::kernel_socket;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -32,7 +33,7 @@ struct Group {
 static GROUPS: PerProcess<Mutex<Vec<Group>>> = PerProcess::new(|| Mutex::new(Vec::new()));
 
 fn groups() -> std::sync::MutexGuard<'static, Vec<Group>> {
-    GROUPS.get().lock().unwrap_or_else(|e| e.into_inner())
+    lock(GROUPS.get())
 }
 
 /// `qpn`'s network membership of a group: leaves (closing the socket with the last) on drop.

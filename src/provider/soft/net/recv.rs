@@ -8,6 +8,7 @@ use crate::errno::Result;
 use crate::provider::soft::qp::Delivered;
 use crate::provider::soft::roce::{self, Flow};
 use crate::runtime::engine::{engine, on_progress_thread, ARMED_CQS};
+use crate::runtime::lock;
 use crate::runtime::udp;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -78,7 +79,7 @@ pub fn drain_for_app(sock: &Sock) -> bool {
     // An application waits for a reader that holds the socket: spinning on a failed try
     // would keep that reader (the progress thread, preempted on a busy machine) off the CPU
     // for a whole time slice while nothing is read (gaps of 5 to 20 ms on 2 cores).
-    let batch = sock.reading.lock().unwrap_or_else(|e| e.into_inner());
+    let batch = lock(&sock.reading);
     read_batch(sock, batch)
 }
 

@@ -8,6 +8,7 @@
 use crate::errno::{Errno, Result};
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::runtime::{access, udp, unix};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -113,7 +114,7 @@ pub fn forward(port: u16, pkt: &[u8], from: SocketAddr, to: IpAddr) -> Result<()
     if pkt.len() > MAX_PACKET {
         return Err(Errno::EINVAL);
     }
-    let mut s = SENDER.get().lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = lock(SENDER.get());
     if s.is_none() {
         *s = Some(unix::unbound_dgram()?);
     }

@@ -18,6 +18,7 @@ use crate::errno::Errno;
 use crate::provider::soft::roce::{GSI_QPN, ROCE_UDP_PORT};
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
+use crate::runtime::lock;
 use crate::runtime::{udp, unix};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -55,7 +56,7 @@ struct Owner {
 static OWNER: PerProcess<Mutex<Owner>> = PerProcess::new(|| Mutex::new(Owner::default()));
 
 fn owner() -> MutexGuard<'static, Owner> {
-    OWNER.get().lock().unwrap_or_else(|e| e.into_inner())
+    lock(OWNER.get())
 }
 
 /// One more reason to own port 4791: owns it now if it is free, or tries again later.
