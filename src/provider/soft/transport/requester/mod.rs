@@ -348,11 +348,13 @@ impl Requester {
             if ahead as u32 >= self.limit() {
                 break;
             }
-            let Some(i) = self.sq.iter().position(|w| psn::in_range(self.snd, w.first, w.npkts))
-            else {
+            // The queue's PSN ranges are consecutive and ascending, so the request holding
+            // `snd` is found by bisection: a long queue of small sends is not walked per packet.
+            let snd = self.snd;
+            let i = self.sq.partition_point(|w| psn::diff(snd, w.first) >= w.npkts as i32);
+            let Some(&w) = self.sq.get(i).filter(|w| psn::in_range(snd, w.first, w.npkts)) else {
                 break;
             };
-            let w = self.sq[i];
             if w.wr.op.is_rd_atomic() {
                 let busy = self.sq.iter().take(i).filter(|x| x.wr.op.is_rd_atomic() && !x.done());
                 if busy.count() >= usize::from(self.cfg.max_rd_atomic.max(1)) {
