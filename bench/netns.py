@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from pairs import free_port, run_pair
-from suites import Runner, compile_helper, perftest_row, record_fi_pingpong, record_ucx
+from suites import Runner, compile_helper, perftest_row, record_fi_pingpong, record_ucx, run_rounds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "netns"))
@@ -45,6 +45,7 @@ class NetnsRunner(Runner):
         # The environment of `ip` itself: nothing preloaded.
         self.env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         self.results, self.failures, self.commands = {}, [], []
+        self.samples, self.round = {}, 0
         self.udp_exe = None    # bench/udp_pingpong.c, compiled by measure()
 
     def pair(self, what, server, client, variables, ready_wait=None):
@@ -55,7 +56,7 @@ class NetnsRunner(Runner):
                  for k, v in variables.items()}
         # A program compiled into a temporary directory is shown by its name.
         shown_client = [os.path.basename(client[0])] + client[1:]
-        self.commands.append(" ".join([f"{k}={v}" for k, v in shown.items()] + shown_client))
+        self.command(" ".join([f"{k}={v}" for k, v in shown.items()] + shown_client))
         port = self.port
         return self.checked(what, run_pair(self.fx.exec_argv(self.server.ns, prefix + server),
                                            self.fx.exec_argv(self.client.ns, prefix + client),
@@ -171,9 +172,10 @@ def run_all(r, have):
         r.results[("rdmashim", "pingpong_bw", MIB)] = 1e6 / lat     # MiB per second
 
 
-def measure(lib, timeout, quick, log, have):
-    """Sets up the namespaces, runs everything, tears them down. Returns (results, failures,
-    commands, fixture description), or raises fixture.Skip (not root, no iproute2)."""
+def measure(lib, timeout, quick, log, have, rounds=1):
+    """Sets up the namespaces, runs everything `rounds` times, tears them down. Returns the
+    runner (results, samples, failures, commands) and the fixture's description, or raises
+    fixture.Skip (not root, no iproute2)."""
     fixture.require()
     with fixture.Fixture(hosts=2) as fx:
         r = NetnsRunner(fx, lib, timeout, quick, log)
@@ -184,8 +186,8 @@ def measure(lib, timeout, quick, log, have):
         with tempfile.TemporaryDirectory(prefix="rdmashim-bench-") as tmp:
             if have("cc"):
                 r.udp_exe = compile_helper(r, tmp, "udp_pingpong")   # plain C, no RDMA
-            run_all(r, have)
-    return r.results, r.failures, r.commands, where
+            run_rounds(r, have, rounds, run_all)
+    return r, where
 
 
 def uptime():
@@ -197,9 +199,10 @@ def uptime():
     return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def section(cmd, start, end, where, results, failures, commands, quick):
+def section(cmd, start, end, where, r, failures, quick, rounds):
     """The "Across namespaces (veth)" part of docs/PERFORMANCE.md (report.py splices it in)."""
     import report
+    results, commands = r.results, r.commands
     if ("fi-udp", "pingpong_bw", MIB) in results:
         udp_note = ("The udp provider's 1 MiB ping-pong ran: "
                     f"{report.fmt(results[('fi-udp', 'pingpong_bw', MIB)])} MiB/s.")
@@ -220,6 +223,7 @@ own output in this one run, all on the same veth between two namespaces made by
 | `uptime` at the start | {start['uptime']} |
 | `uptime` at the end | {end['uptime']} |
 | iterations | {"--quick (a tenth)" if quick else "full"} |
+| rounds | {rounds}{" (each figure is the median of its rounds; spread below)" if rounds > 1 else ""} |
 
 Other work shares this 2-core machine (see the load): every program here busy-polls, so a busy
 machine makes all the columns noisier; compare the columns of one run, not across runs.
@@ -260,7 +264,7 @@ the ACK of its request (an IB packet of its own) before it answers. UCX's TCP ca
 acknowledgement inside the answer's segment, which RoCEv2 cannot do.
 
 {report.table(results, report.netns_floor_rows())}
-
+{report.spread_section(r.samples, rounds, "###")}
 ### Programs run
 
 The client side of each pair, in order (the server ran the same program in namespace a without

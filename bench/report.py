@@ -1,5 +1,6 @@
 """The Markdown table and the PNG plot from bench/run's measurements."""
 import os
+import statistics
 
 from suites import SIZES
 
@@ -186,6 +187,27 @@ def table(results, which=None):
         lines.append(f"| {label} | {unit} | {fmt(o)} | {peer_cell} | "
                      f"{ratio(o, p, better) if peer else '–'} | {better} |")
     return "\n".join(lines)
+
+
+def spread(samples):
+    """Each figure's rounds (bench/run --rounds): the median the tables show, the lowest and the
+    highest, in the order they were measured."""
+    lines = ["| program | figure | size | rounds | median | lowest | highest |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for (who, name, size), vs in samples.items():
+        lines.append(f"| {who} | {name} | {size_name(size)} | {len(vs)} | "
+                     f"{fmt(statistics.median(vs))} | {fmt(min(vs))} | {fmt(max(vs))} |")
+    return "\n".join(lines)
+
+
+def spread_section(samples, rounds, heading="##"):
+    """The part of a document that shows the spread, or nothing for a single round."""
+    if rounds < 2:
+        return ""
+    return (f"\n{heading} Spread over the {rounds} rounds\n\nEach figure above is the median of "
+            f"{rounds} rounds. A round runs every program once,\nin the order below, so each "
+            "rdmashim figure and its peers' were measured side by side in every\nround.\n\n"
+            + spread(samples) + "\n")
 
 
 def plot(results, path, log):

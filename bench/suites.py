@@ -14,6 +14,7 @@ A measurement is a key such as ("rdmashim", "send_lat", 64) -> value. Units:
           kernel's TCP on loopback ("tcp"), same program, same options."""
 import os
 import re
+import statistics
 import subprocess
 
 from pairs import HOST, free_port, run_pair
@@ -106,21 +107,29 @@ class Runner:
         self.results = {}
         self.failures = []
         self.commands = []
+        self.samples = {}     # key -> the figure of each round; results holds their median
+        self.round = 0        # which round of run_all is running (bench/run --rounds)
         self.wake_exe = None  # bench/wake_pingpong.c, compiled by bench/run
 
     def record(self, key, value, what):
         if value is None or not value > 0:
             self.failures.append(f"{what}: no non-zero figure in its output")
             return
-        self.results[key] = value
+        self.samples.setdefault(key, []).append(value)
+        self.results[key] = statistics.median(self.samples[key])
         self.log(f"  {key[0]:9} {key[1]:22} {key[2]:>8}  {value:.3f}")
+
+    def command(self, text):
+        """Notes a client's command line; once, since every round runs the same programs."""
+        if self.round == 0:
+            self.commands.append(text)
 
     def pair(self, what, server, client, env, ready_wait=None):
         """Runs a pair; returns the Outcome, or None after recording why it failed."""
         prefix = ("UCX_TLS=posix,self " if "UCX_TLS" in env else
                   "LD_PRELOAD=<build>/librdmashim.so RDMASHIM_PROVIDER=soft "
                   if "LD_PRELOAD" in env else "")
-        self.commands.append(prefix + " ".join(client))
+        self.command(prefix + " ".join(client))
         return self.checked(what, run_pair(server, client, env, self.port, self.timeout,
                                            ready_wait))
 
@@ -175,7 +184,7 @@ class Runner:
         """The kernel's round trip of two sleeping processes (bench/wake_pingpong.c), the peer of
         the event-mode figure, measured right after it."""
         n = 200 if self.quick else 2000
-        self.commands.append(f"wake_pingpong {n}   (bench/wake_pingpong.c)")
+        self.command(f"wake_pingpong {n}   (bench/wake_pingpong.c)")
         try:
             r = subprocess.run([self.wake_exe, str(n)], capture_output=True, text=True,
                                timeout=self.timeout)
@@ -279,3 +288,14 @@ def run_all(runner, have):
         if r.wake_exe:
             r.wake_pingpong()
         r.rc_pingpong(event=False)
+
+
+def run_rounds(runner, have, rounds, run_all=run_all):
+    """`run_all` `rounds` times over; each figure is then the median of its rounds (see
+    Runner.record), and a failure names its round when there are several."""
+    for k in range(rounds):
+        runner.round = k
+        before = len(runner.failures)
+        run_all(runner, have)
+        if rounds > 1:
+            runner.failures[before:] = [f"round {k + 1}: {f}" for f in runner.failures[before:]]
