@@ -8,6 +8,7 @@ use super::stream::{Phase, State, Stream};
 use super::wire::{self, Sge, SGE_LEN, SGL_SIZE};
 use crate::errno::{Errno, Result};
 use crate::runtime::lock;
+use crate::runtime::wait_on;
 use crate::sys::*;
 use std::sync::MutexGuard;
 
@@ -273,7 +274,7 @@ impl Stream {
                 continue;
             }
             if st.poller {
-                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                st = wait_on(&self.cv, st);
                 continue;
             }
             let Some(cfd) = self.arm(&mut st) else {

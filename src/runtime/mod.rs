@@ -19,13 +19,18 @@ pub mod spin;
 pub mod udp;
 pub mod unix;
 
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Locks `m`, taking over from a holder that panicked: a panic is caught at the C boundary
 /// (`abi::call`) and the process goes on with the state the holder left, which every lock
 /// here keeps consistent between statements.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits on `cv` with `g` (from [`lock`]), past a panicked holder, for the reason `lock` gives.
+pub fn wait_on<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(g).unwrap_or_else(|e| e.into_inner())
 }
 
 /// Takes `l` for reading, past a panicked writer, for the reason `lock` gives.

@@ -10,6 +10,7 @@
 use crate::runtime::fdqueue::FdQueue;
 use crate::runtime::fork::PerProcess;
 use crate::runtime::lock;
+use crate::runtime::wait_on;
 use crate::sys::*;
 use std::sync::{Condvar, Mutex};
 
@@ -109,6 +110,6 @@ fn acked(obj: usize) {
 pub fn wait_acked(obj: usize) {
     let mut v = unacked();
     while v.iter().any(|(o, _)| *o == obj) {
-        v = ACKED.wait(v).unwrap_or_else(|e| e.into_inner());
+        v = wait_on(&ACKED, v);
     }
 }

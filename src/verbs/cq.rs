@@ -26,6 +26,7 @@ use crate::provider::{Completion, CompletionSink};
 use crate::runtime::engine::{note_poll, ARMED_CQS};
 use crate::runtime::fdqueue::FdQueue;
 use crate::runtime::lock;
+use crate::runtime::wait_on;
 use crate::sys::*;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -288,7 +289,7 @@ impl Cq {
             st.moderation.raised();
             st.destroying = true;
             while st.events_acked < st.events_read {
-                st = cq.acked.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = wait_on(&cq.acked, st);
             }
         }
         // A QP created on the CQ while it waited keeps it.

@@ -20,6 +20,7 @@ use super::send_wr::SendWr;
 use crate::errno::{Errno, Result};
 use crate::runtime::fork::PerProcess;
 use crate::runtime::lock;
+use crate::runtime::wait_on;
 use crate::runtime::{read_lock, write_lock};
 use crate::sys::*;
 use std::collections::HashMap;
@@ -210,7 +211,7 @@ impl QpEx {
         let me = std::thread::current().id();
         let mut p = lock(&self.pending);
         while p.open && p.owner.is_some_and(|o| o != me) {
-            p = self.left.wait(p).unwrap_or_else(|e| e.into_inner());
+            p = wait_on(&self.left, p);
         }
         *p = Pending { open: true, owner: Some(me), ..Pending::default() };
     }

@@ -18,6 +18,7 @@ use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
 pub(super) use crate::runtime::lock;
 use crate::runtime::unix;
+use crate::runtime::wait_on;
 use crate::sys::*;
 use crate::verbs::{device, objects, qp};
 use once_cell::sync::Lazy;
@@ -255,7 +256,7 @@ impl CmId {
         }
         let mut st = lock(&self.st);
         while super::channel::has_unacked(self) {
-            st = self.acked.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = wait_on(&self.acked, st);
         }
         let old = std::mem::replace(&mut *lock(&self.channel), to.clone());
         for e in old.take_events_of(&me) {
@@ -494,7 +495,7 @@ impl CmId {
         drop(conn);
         let mut st = lock(&self.st);
         while st.outstanding > 0 {
-            st = self.acked.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = wait_on(&self.acked, st);
         }
         Ok(())
     }
