@@ -7,8 +7,7 @@ use super::ep::{Ep, RECV_FLAG, SNDLOWAT};
 use super::stream::{Phase, State, Stream};
 use super::wire::{self, Sge, SGE_LEN, SGL_SIZE};
 use crate::errno::{Errno, Result};
-use crate::runtime::lock;
-use crate::runtime::wait_on;
+use crate::runtime::{lock, wait_on};
 use crate::sys::*;
 use std::sync::MutexGuard;
 

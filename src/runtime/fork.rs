@@ -11,8 +11,7 @@
 //! under `shared()`; the prepare handler takes the same lock exclusively, so no other thread is
 //! inside one of them at the moment of fork and the child finds them unlocked.
 
-use crate::runtime::lock;
-use crate::runtime::{read_lock, write_lock};
+use crate::runtime::{lock, read_lock, write_lock};
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};

@@ -9,8 +9,7 @@
 
 use crate::runtime::fdqueue::FdQueue;
 use crate::runtime::fork::PerProcess;
-use crate::runtime::lock;
-use crate::runtime::wait_on;
+use crate::runtime::{lock, wait_on};
 use crate::sys::*;
 use std::sync::{Condvar, Mutex};
 

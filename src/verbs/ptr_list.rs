@@ -7,8 +7,7 @@
 //! when it is freed (the native library's own device list that a merged list was made from).
 
 use crate::errno::{Errno, Result};
-use crate::runtime::fork;
-use crate::runtime::lock;
+use crate::runtime::{fork, lock};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::sync::Mutex;

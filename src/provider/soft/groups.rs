@@ -16,8 +16,7 @@
 
 use crate::errno::{Errno, Result};
 use crate::runtime::fork::PerProcess;
-use crate::runtime::lock;
-use crate::runtime::unix;
+use crate::runtime::{lock, unix};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;

@@ -13,9 +13,7 @@ use crate::provider::{
 };
 use crate::runtime::accept::Acceptor;
 use crate::runtime::engine::{engine, on_progress_thread, Pollable};
-use crate::runtime::fork;
-use crate::runtime::lock;
-use crate::runtime::{read_lock, write_lock};
+use crate::runtime::{fork, lock, read_lock, write_lock};
 use crate::sys::*;
 use once_cell::sync::Lazy;
 use rustc_hash::FxHashMap;

@@ -10,9 +10,8 @@
 //! deregister. `ibv_unimport_mr` drops our struct, and the key with the last one.
 
 use super::*;
-use crate::runtime::lock;
 use crate::runtime::shm::Shm;
-use crate::runtime::{read_lock, write_lock};
+use crate::runtime::{lock, read_lock, write_lock};
 use std::os::fd::OwnedFd;
 
 /// An MR of another process, imported here.

@@ -8,8 +8,7 @@
 //! mapping afterwards reaches an orphaned file and never our memory.
 
 use crate::provider::SharedRegion;
-use crate::runtime::lock;
-use crate::runtime::{fork, maps};
+use crate::runtime::{fork, lock, maps};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};

@@ -15,8 +15,7 @@
 use crate::errno::{Errno, Result};
 use crate::provider::soft::roce::ROCE_UDP_PORT;
 use crate::runtime::fork::PerProcess;
-use crate::runtime::lock;
-use crate::runtime::{fork, udp};
+use crate::runtime::{fork, lock, udp};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicU64;

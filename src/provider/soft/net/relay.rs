@@ -8,8 +8,7 @@
 use crate::errno::{Errno, Result};
 use crate::runtime::engine::engine;
 use crate::runtime::fork::PerProcess;
-use crate::runtime::lock;
-use crate::runtime::{access, udp, unix};
+use crate::runtime::{access, lock, udp, unix};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
