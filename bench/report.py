@@ -204,9 +204,10 @@ def spread_section(samples, rounds, heading="##"):
     """The part of a document that shows the spread, or nothing for a single round."""
     if rounds < 2:
         return ""
-    return (f"\n{heading} Spread over the {rounds} rounds\n\nEach figure above is the median of "
-            f"{rounds} rounds. A round runs every program once,\nin the order below, so each "
-            "rdmashim figure and its peers' were measured side by side in every\nround.\n\n"
+    return (f"\n{heading} Spread over the {rounds} rounds\n\nEach figure above that is listed "
+            f"here is the median of its {rounds} rounds (the others were measured\nonce, or are "
+            "derived from listed ones). A round runs every program once, in the order below,\nso "
+            "each rdmashim figure and its peers' were measured side by side in every round.\n\n"
             + spread(samples) + "\n")
 
 
