@@ -38,14 +38,13 @@ class NetnsRunner(Runner):
     suites.Runner, programs placed by `pair`."""
 
     def __init__(self, fx, lib, timeout, quick, log):
-        self.fx, self.lib, self.timeout, self.quick, self.log = fx, lib, timeout, quick, log
+        # The environment of `ip` itself: nothing preloaded.
+        super().__init__({k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
+                         timeout, quick, log)
+        self.fx, self.lib = fx, lib
         self.server, self.client = fx.hosts[0], fx.hosts[1]
         self.gid = {"server": gid_index(self.server.ns, self.server.ipv4),
                     "client": gid_index(self.client.ns, self.client.ipv4)}
-        # The environment of `ip` itself: nothing preloaded.
-        self.env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-        self.results, self.failures, self.commands = {}, [], []
-        self.samples, self.round = {}, 0
         self.udp_exe = None    # bench/udp_pingpong.c, compiled by measure()
 
     def pair(self, what, server, client, variables, ready_wait=None):
