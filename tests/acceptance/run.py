@@ -359,7 +359,7 @@ def known_failure(sc, client_out, server_out):
     or None: a known race in the client's output (`rerun_on`), or a failure of the program's
     own measurement in either side's (`rerun_on_own_failure`)."""
     known = [("the client hit a known race of the program", sc.rerun_on, client_out),
-             ("the program's own measurement failed", sc.rerun_on_own_failure,
+             ("the program failed in a known way of its own", sc.rerun_on_own_failure,
               client_out + "\n" + server_out)]
     return next(((what, rx) for what, rx, text in known if rx and re.search(rx, text, re.M)),
                 None)
