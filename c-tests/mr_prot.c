@@ -1,7 +1,9 @@
 /* ibv_reg_mr refuses memory the access flags cannot be honoured on, as the kernel's pinning
  * does: read-only pages with any writable access (LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC,
- * MW_BIND), and pages that cannot be read (PROT_NONE) or are not mapped, with EFAULT. Accepting
- * them would let a peer's RDMA WRITE (or a receive) fault the process that registered them. */
+ * MW_BIND), pages that cannot be read (PROT_NONE) or are not mapped, and pages of a file mapping
+ * past the file's end (SIGBUS when touched), with EFAULT. Accepting them would let a peer's RDMA
+ * WRITE or READ (or a receive) fault the process that registered them. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,18 @@ int main(void)
     CHECK(!munmap(none, page), "munmap");
     refused(none, page, 0, "unmapped");
 #endif
+
+    /* A shared file mapping one page longer than its file: the map shows the second page
+     * readable and writable, but touching it raises SIGBUS, and pinning it fails. */
+    int fd = memfd_create("mr_prot", MFD_CLOEXEC);
+    CHECK(fd >= 0 && !ftruncate(fd, (off_t)page), "a one-page file");
+    char *file = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(file != MAP_FAILED, "mmap of the file");
+    close(fd);
+    accepted(file, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "the file's page");
+    refused(file, 2 * page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "past the file's end");
+    refused(file + page, page, IBV_ACCESS_REMOTE_READ, "past the file's end, read");
+    CHECK(!munmap(file, 2 * page), "munmap");
 
     CHECK(!ibv_dealloc_pd(pd), "ibv_dealloc_pd");
     CHECK(!ibv_close_device(ctx), "ibv_close_device");

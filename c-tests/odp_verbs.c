@@ -1,8 +1,9 @@
 /* On-demand paging end to end on the soft provider (issue 13): an ODP region written remotely
  * before its pages were ever touched; an implicit ODP region (the whole address space) that a
  * peer writes and reads at ordinary addresses and that a SEND gathers from; remote accesses
- * through it to memory that cannot be read (PROT_NONE), and writes to read-only memory, fail with IBV_WC_REM_ACCESS_ERR and
- * touch nothing (the process does not fault); and ibv_advise_mr's errors. */
+ * through it to memory that cannot be read (PROT_NONE), writes to read-only memory, and accesses to a file
+ * mapping past the file's end (SIGBUS if touched), fail with IBV_WC_REM_ACCESS_ERR and touch nothing (the process
+ * does not fault); and ibv_advise_mr's errors. */
 #include "conformance/ibvhelp.h"
 #include <errno.h>
 #include <stdint.h>
@@ -58,6 +59,8 @@ int main(void)
 		      (x.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_WRITE),
 	      "odp caps 0x%llx rc 0x%x", (unsigned long long)x.odp_caps.general_caps,
 	      x.odp_caps.per_transport_caps.rc_odp_caps);
+	/* XRC has RC's operations, and ibv_xsrq_pingpong -o asks for send, receive and SRQ receive. */
+	CHECK(x.xrc_odp_caps == x.odp_caps.per_transport_caps.rc_odp_caps, "xrc_odp_caps 0x%x", x.xrc_odp_caps);
 	CHECK(ih_buf_make(&d, &src, CHUNK, IBV_ACCESS_LOCAL_WRITE) == 0, "source buffer");
 	for (size_t i = 0; i < CHUNK; i++)
 		src.buf[i] = (char)pattern(i);
@@ -127,6 +130,20 @@ int main(void)
 	for (long i = 0; i < page; i++)
 		CHECK(ro[i] == 0x5a, "read-only page byte %ld changed", i);
 	CHECK(one_sided(IBV_WR_RDMA_READ, 64, (uintptr_t)ro, all->rkey) == IBV_WC_SUCCESS, "read of a read-only page");
+	/* A shared file mapping one page longer than its file: touching the second page raises
+	 * SIGBUS, though the map shows it readable and writable. */
+	int fd = memfd_create("odp_verbs", MFD_CLOEXEC);
+	CHECK(fd >= 0 && ftruncate(fd, page) == 0, "a one-page file");
+	unsigned char *file = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(file != MAP_FAILED, "mmap of the file");
+	close(fd);
+	st = one_sided(IBV_WR_RDMA_READ, 64, (uintptr_t)file + (size_t)page, all->rkey);
+	CHECK(st == IBV_WC_REM_ACCESS_ERR, "a read past the file's end: %s", ibv_wc_status_str(st));
+	st = one_sided(IBV_WR_RDMA_WRITE, 64, (uintptr_t)file + (size_t)page, all->rkey);
+	CHECK(st == IBV_WC_REM_ACCESS_ERR, "a write past the file's end: %s", ibv_wc_status_str(st));
+	st = one_sided(IBV_WR_RDMA_WRITE, 64, (uintptr_t)file + (size_t)page - 64, all->rkey);
+	CHECK(st == IBV_WC_SUCCESS && !memcmp(file + page - 64, src.buf, 64), "a write to the file's last bytes: %s",
+	      ibv_wc_status_str(st));
 
 	/* ibv_advise_mr's errors. */
 	struct ibv_sge bad = { (uintptr_t)gone, 64, all->lkey };
@@ -143,6 +160,7 @@ int main(void)
 	munmap(fresh, REGION);
 	munmap(ro, (size_t)page);
 	munmap(gone, (size_t)page);
+	munmap(file, 2 * (size_t)page);
 	free(heap);
 	ih_buf_free(&src);
 	ih_dev_close(&d);

@@ -149,6 +149,26 @@ pub fn permits(start: usize, end: usize, write: bool) -> Option<bool> {
     with_areas(|areas| covered(areas, start, end, |a| permits_area(a, write)))
 }
 
+/// `permits`, and whether all of `[start, end)` is private anonymous memory (as
+/// `private_anon`), from one read of the map.
+pub fn permits_and_anon(start: usize, end: usize, write: bool) -> Option<(bool, bool)> {
+    with_areas(|areas| permits_and_anon_in(areas, start, end, write))
+}
+
+fn permits_and_anon_in(
+    areas: impl Iterator<Item = Area>,
+    start: usize,
+    end: usize,
+    write: bool,
+) -> (bool, bool) {
+    let mut anon = true;
+    let ok = covered(areas, start, end, |a| {
+        anon &= is_private_anon(a);
+        permits_area(a, write)
+    });
+    (ok, anon)
+}
+
 fn permits_area(a: &Area, write: bool) -> bool {
     a.perms[0] == b'r' && (!write || a.perms[1] == b'w')
 }
@@ -235,6 +255,16 @@ mod tests {
         assert!(!ok(0x7f00_0000_0000, 0x7f00_0000_c000, true)); // libc's pages are read-only
         assert!(ok(0x7f00_0000_0000, 0x7f00_0000_a000, true));
         assert!(!ok(0x7f00_0000_b000, 0x7f00_0000_d000, false)); // past libc: a gap
+    }
+
+    #[test]
+    fn permits_and_anon_reads_both_in_one_pass() {
+        let both = |s, e, w| permits_and_anon_in(areas(), s, e, w);
+        assert_eq!(both(0x7f00_0000_0000, 0x7f00_0000_4000, true), (true, true));
+        assert_eq!(both(0x7f00_0000_3000, 0x7f00_0000_5000, true), (true, false)); // into the memfd
+        assert!(!both(0x7f00_0000_0000, 0x7f00_0000_c000, true).0); // libc read-only
+        assert_eq!(both(0x7f00_0000_a000, 0x7f00_0000_c000, false), (true, false)); // a file
+        assert!(!both(0x7f00_0000_b000, 0x7f00_0000_d000, false).0); // a gap
     }
 
     #[test]

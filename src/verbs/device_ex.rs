@@ -29,6 +29,7 @@ pub fn device_attr_ex() -> ibv_device_attr_ex {
     a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt as u32;
     a.max_dm_size = super::dm::MAX_DM_SIZE as u64;
     a.odp_caps = super::pages::odp_caps();
+    a.xrc_odp_caps = super::pages::xrc_odp_caps();
     a
 }
 

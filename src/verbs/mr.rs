@@ -177,8 +177,18 @@ impl Reg {
         if (addr as usize).checked_add(len).is_none() || iova.checked_add(len as u64).is_none() {
             return Err(Errno::EINVAL);
         }
-        if len > 0 && !implicit && !pages::accessible(addr as usize, len, pages::writes(access)) {
-            return Err(Errno::EFAULT); // as pinning fails in the kernel
+        if len > 0 && !implicit {
+            // As pinning fails in the kernel. An ODP region pins nothing: its pages are checked
+            // at each access instead.
+            let (at, write) = (addr as usize, pages::writes(access));
+            let reachable = if access & ACCESS_ON_DEMAND != 0 {
+                pages::accessible(at, len, write)
+            } else {
+                pages::pinnable(at, len, write)
+            };
+            if !reachable {
+                return Err(Errno::EFAULT);
+            }
         }
         let remote = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
         let share = if access & remote != 0 && access & ACCESS_ON_DEMAND == 0 && len > 0 {
@@ -484,10 +494,10 @@ fn check(
     if reg.access & need != need {
         return Err(AccessError::Access);
     }
-    // On-demand paging pins nothing: the pages are checked at each access, as a fault would.
+    // On-demand paging pins nothing: each access faults its pages in, as a device would.
     if reg.access & pages::ACCESS_ON_DEMAND != 0
         && len > 0
-        && !pages::accessible(local as usize, len, pages::writes(need))
+        && !pages::fault_in(local as usize, len, pages::writes(need))
     {
         return Err(AccessError::Protection);
     }

@@ -41,6 +41,12 @@ pub fn is_implicit(addr: usize, len: usize, access: u32) -> bool {
     addr == 0 && len == usize::MAX && access & ACCESS_ON_DEMAND != 0
 }
 
+/// `xrc_odp_caps` of `ibv_query_device_ex`: XRC has every operation of RC, and its ODP regions
+/// take the same copy path.
+pub fn xrc_odp_caps() -> u32 {
+    odp_caps().per_transport_caps.rc_odp_caps
+}
+
 /// What `ibv_query_device_ex` says of ODP: explicit and implicit regions, every operation of
 /// each transport (ODP regions take the copy path, which serves them all).
 pub fn odp_caps() -> ibv_odp_caps {
@@ -83,6 +89,41 @@ fn page_range(addr: usize, len: usize) -> Option<(usize, usize)> {
 pub fn accessible(addr: usize, len: usize, write: bool) -> bool {
     let Some((start, end)) = page_range(addr, len) else { return false };
     crate::runtime::maps::permits(start, end, write).unwrap_or_else(|| is_mapped(start, end))
+}
+
+/// What the kernel's pinning of a registration (not ODP) demands of `[addr, addr+len)`: every
+/// page mapped and readable, writable if `write`, and none that touching would make raise
+/// SIGBUS (a file mapping past the file's end: the map does not show it). Pinning faults every
+/// page in; here only memory other than private anonymous memory (which cannot raise SIGBUS)
+/// is, so that registering a large buffer never touched still commits none of it.
+pub fn pinnable(addr: usize, len: usize, write: bool) -> bool {
+    let Some((start, end)) = page_range(addr, len) else { return false };
+    match crate::runtime::maps::permits_and_anon(start, end, write) {
+        Some((false, _)) => false,
+        Some((true, true)) => true,
+        // Not only private anonymous memory, or a map that cannot be read: fault it in.
+        _ => fault_in(addr, len, write),
+    }
+}
+
+/// An on-demand access to `[addr, addr+len)`: faults its pages in as a device's page fault
+/// would (`MADV_POPULATE_READ`/`_WRITE`, one system call), and says whether the access can be
+/// served. It cannot where there is a hole (`ENOMEM`) or where touching a page would raise
+/// SIGBUS (`EFAULT`: a file mapping past the file's end), which the map does not show. Pages
+/// the access may not touch (`EINVAL`, as are I/O mappings and kernels before 5.14) and any
+/// other error are answered by the map, which is slower but exact about permissions.
+pub fn fault_in(addr: usize, len: usize, write: bool) -> bool {
+    let Some((start, end)) = page_range(addr, len) else { return false };
+    let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
+    // SAFETY: MADV_POPULATE_* faults the range's pages in without reading or changing their
+    // contents; on a range that is not wholly mapped it fails and touches nothing.
+    if unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) } == 0 {
+        return true;
+    }
+    match Errno::last_raw() {
+        libc::ENOMEM | libc::EFAULT | libc::EHWPOISON => false,
+        _ => accessible(addr, len, write),
+    }
 }
 
 /// Whether `[start, end)` (whole pages) is mapped: `msync(MS_ASYNC)` fails with ENOMEM on
