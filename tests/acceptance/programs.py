@@ -260,6 +260,55 @@ for prog, suffix, extra, title, issue, port in [
                 ("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")],
     ))
 
+# The same pingpong with the memory it sends and receives in on-demand-paged, implicitly on-
+# demand-paged (prefetched) or device memory; -c makes each receiver check the first byte of
+# every page it received (Debian's pingpongs fill that byte with 0 before they send, and the
+# receive buffer starts as 0x7b).
+PINGPONG_CHECKED = [("both", r"^\d+ bytes in [\d.]+ seconds"), ("both", r"^100 iters in [\d.]+ seconds")]
+PINGPONG_CHECK_FAILED = [("both", r"invalid data in page"), ("both", r"Couldn't prefetch MR")]
+for suffix, extra, title, port in [
+        ("odp", ["-o"], "ibv_rc_pingpong -o -c: an on-demand-paged MR (odp_caps), received data checked",
+         7594),
+        ("iodp", ["-O", "-P"], "ibv_rc_pingpong -O -P -c: an implicit ODP MR (the whole address space), "
+         "prefetched with ibv_advise_mr, received data checked", 7596),
+        ("dm", ["-j"], "ibv_rc_pingpong -j -c: device memory (ibv_alloc_dm, ibv_reg_dm_mr, "
+         "ibv_memcpy_to/from_dm), received data checked", 7598)]:
+    add(Scenario(
+        name="rc-pingpong-" + suffix, issue=13, title=title,
+        server=["ibv_rc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100", "-c"] + extra,
+        client=["ibv_rc_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100", "-c"] + extra + ["{host}"],
+        port=port, ready="tcp",
+        expect=[("both", r"^\s*local address: "), ("both", r"^\s*remote address: ")] + PINGPONG_CHECKED,
+        forbid=PINGPONG_CHECK_FAILED,
+    ))
+for suffix, extra, title, port in [
+        ("", [], "ibv_srq_pingpong -c: 16 RC QPs receiving from one SRQ, received data checked", 7600),
+        ("-odp", ["-o"], "ibv_srq_pingpong -o -c: the same over an on-demand-paged MR", 7606)]:
+    add(Scenario(
+        name="srq-pingpong" + suffix, issue=13, title=title,
+        server=["ibv_srq_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100", "-c"] + extra,
+        client=["ibv_srq_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100", "-c"] + extra + ["{host}"],
+        port=port, ready="tcp",
+        # One "local address:" and one "remote address:" line per QP (16 by default).
+        expect=[("both", r"^\s*local address: ", 16), ("both", r"^\s*remote address: ", 16)]
+        + PINGPONG_CHECKED,
+        forbid=PINGPONG_CHECK_FAILED,
+    ))
+for suffix, extra, title, port in [
+        ("", [], "ibv_xsrq_pingpong: XRC (an XRC domain on /tmp/xrc_domain, an XRC SRQ, XRC_SEND and "
+         "XRC_RECV QPs, SENDs naming the peer's SRQ number)", 7602),
+        ("-e", ["-e"], "ibv_xsrq_pingpong -e: XRC with completion channel events", 7604),
+        ("-odp", ["-o"], "ibv_xsrq_pingpong -o: XRC over an on-demand-paged MR (xrc_odp_caps)", 7608)]:
+    add(Scenario(
+        name="xsrq-pingpong" + suffix, issue=13, title=title,
+        server=["ibv_xsrq_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100", "-s", "4096"] + extra,
+        client=["ibv_xsrq_pingpong", "-g", "{gid}", "-p", "{port}", "-n", "100", "-s", "4096"] + extra
+        + ["{host}"],
+        port=port, ready="tcp",
+        expect=[("both", r"^\s*local: LID .*SRQN [0-9a-f]+"), ("both", r"^\s*remote: LID .*SRQN [0-9a-f]+"),
+                ("both", r"^success$")],
+    ))
+
 # perftest: small iteration counts keep the whole set fast; the result table stays in the log.
 PERFTEST_ROW = r"^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+"   # "#bytes #iterations figure figure ..."
 
