@@ -29,7 +29,7 @@ use crate::runtime::{lock, wait_on};
 use crate::sys::*;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 /// Writes a provider completion as the `ibv_wc` C reads.
 pub fn write_wc(c: &Completion, out: &mut ibv_wc) {
@@ -324,14 +324,14 @@ impl Cq {
         let mut st = lock(&self.st);
         st.wcs.push_back((wc, ts));
         self.queued.store(st.wcs.len(), Ordering::Relaxed);
-        let fire = match st.armed {
-            1 => true,
-            2 => wc.solicited || wc.status != ibv_wc_status::IBV_WC_SUCCESS,
-            _ => false,
-        };
-        if !fire {
-            return;
+        if wakes(st.armed, &wc) {
+            self.fire(st);
         }
+    }
+
+    /// A completion the armed CQ waits for is in its queue: raises the event, or holds it back
+    /// as the CQ's moderation says.
+    fn fire(&self, mut st: MutexGuard<'_, CqState>) {
         match st.moderation.on_event() {
             Decision::Raise => self.raise(&mut st),
             Decision::Hold => {}
@@ -495,9 +495,12 @@ impl Cq {
     }
 
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        // What already arrived becomes completions first, without an event (the hardware would
-        // have queued them before the arm); only later completions raise the event. A CQ without
-        // a channel may be armed too: the event goes nowhere, as with the kernel.
+        // What already arrived becomes completions first. A CQ armed while it holds completions
+        // the arm asks for raises its event at once, as ConnectX hardware does (it arms with
+        // the consumer index, and fires for any CQE past it): a program that polls a batch
+        // smaller than what is queued, re-arms and waits (perftest's `-e`) must not wait for
+        // a completion that never comes. A CQ without a channel may be armed too: the event
+        // goes nowhere, as with the kernel.
         self.progress_qps();
         let mut st = lock(&self.st);
         let first = st.armed == 0;
@@ -506,7 +509,11 @@ impl Cq {
             ARMED_CQS.fetch_add(1, Ordering::SeqCst);
         }
         st.armed = if solicited_only { 2 } else { 1 };
-        drop(st);
+        if st.wcs.iter().any(|(wc, _)| wakes(st.armed, wc)) {
+            self.fire(st);
+        } else {
+            drop(st);
+        }
         if first {
             if let Ok(e) = crate::runtime::engine::engine() {
                 e.cq_armed();
@@ -521,6 +528,16 @@ impl Cq {
         if st.destroying {
             self.acked.notify_all();
         }
+    }
+}
+
+/// Whether `wc` raises the event of a CQ armed as `armed` (0: not armed; 1: any completion;
+/// 2: solicited only, where an unsuccessful completion counts as solicited).
+fn wakes(armed: u8, wc: &Completion) -> bool {
+    match armed {
+        1 => true,
+        2 => wc.solicited || wc.status != ibv_wc_status::IBV_WC_SUCCESS,
+        _ => false,
     }
 }
 

@@ -474,6 +474,23 @@ for prog, port in (("send_lat", 7650), ("send_bw", 7652)):
         rerun_on_own_failure=PERFTEST_CLOCK_FIT_FAILED,
     ))
 
+# perftest -e waits on the completion channel: wait for an event, re-arm, poll up to 16. With
+# post lists of 4 each signaled, more than 16 send completions can be queued when it re-arms;
+# it then waits for the event of the rest (which ConnectX raises at the arm, as we do).
+add(Scenario(
+    name="ib-send-bw-e", issue=11,
+    title="perftest ib_send_bw -e -l 4: completion events, post lists of 4 (re-arming over queued "
+          "completions)",
+    server=["ib_send_bw", "-e", "-l", "4", "-p", "{port}", "-n", "200"],
+    client=["ib_send_bw", "-e", "-l", "4", "-p", "{port}", "-n", "200", "{host}"],
+    port=7654, ready="tcp",
+    expect=[("client", r"^\s*#bytes\s+#iterations"), ("client", PERFTEST_ROW)],
+    forbid=[("both", r"Couldn't|Unable to|Failed to|failed|Segmentation")],
+    check=perftest_check(200, True, server_peak=False),
+    netns_args=["-x", "{gid}"],
+    rerun_on_own_failure=PERFTEST_CLOCK_FIT_FAILED,
+))
+
 
 # --- issue 10: rsockets ----------------------------------------------------------------------
 # rstream prints one table row per size; -T v checks every byte it receives (and exits non-zero
