@@ -115,8 +115,8 @@ pub fn pinnable(addr: usize, len: usize, write: bool) -> bool {
 pub fn fault_in(addr: usize, len: usize, write: bool) -> bool {
     let Some((start, end)) = page_range(addr, len) else { return false };
     let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
-    // SAFETY: MADV_POPULATE_* faults the range's pages in without reading or changing their
-    // contents; on a range that is not wholly mapped it fails and touches nothing.
+    // SAFETY: MADV_POPULATE_* only faults in the pages of the range that are mapped (stopping
+    // with an error at the first it cannot); it never reads or changes their contents.
     if unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) } == 0 {
         return true;
     }
