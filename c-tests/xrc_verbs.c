@@ -2,12 +2,17 @@
  * through one target QP, each SEND landing on the SRQ (and its CQ) that the request names;
  * RDMA WRITE and READ checked against the PD of the named SRQ; an SRQ number from outside the
  * domain refused (REM_INV_REQ_ERR); ibv_open_qp handles outliving the creating one; the posting
- * API's ibv_wr_set_xrc_srqn; ibv_close_xrcd refused while in use. */
+ * API's ibv_wr_set_xrc_srqn; ibv_close_xrcd refused while in use. A target QP created with an SRQ, CQs and
+ * capacities in its attributes (as libfabric's rdma_cm path passes them: libibverbs ignores them for XRC_RECV).
+ * The domain is opened on a file that another process opens too: that process's SRQ number is never one of ours,
+ * so a request naming it is refused here, never delivered to an SRQ of ours (each process has its own domain). */
 #include "conformance/ibvhelp.h"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define CHECK(c, ...)                                                                                                  \
 	do {                                                                                                           \
@@ -97,6 +102,63 @@ static struct ibv_qp *target(void)
 	return qp;
 }
 
+/* A target created the way libfabric's rdma_cm path creates one: PD, SRQ, CQs and capacities set as for an RC
+ * QP, all of which an XRC target ignores. */
+static struct ibv_qp *target_with_rc_attrs(void)
+{
+	struct ibv_qp_init_attr_ex a;
+	memset(&a, 0, sizeof a);
+	a.qp_type = IBV_QPT_XRC_RECV;
+	a.send_cq = scq;
+	a.recv_cq = rcq[0];
+	a.srq = srq[0];
+	a.cap.max_send_wr = 8;
+	a.cap.max_send_sge = 1;
+	a.cap.max_inline_data = 64;
+	a.sq_sig_all = 1;
+	a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD;
+	a.pd = d.pd;
+	a.xrcd = xrcd;
+	struct ibv_qp *qp = ibv_create_qp_ex(d.ctx, &a);
+	CHECK(qp, "XRC_RECV QP with an RC QP's attributes: %s", conf_errname(errno));
+	CHECK(qp->srq == NULL && qp->send_cq == NULL && qp->recv_cq == NULL, "the target took no SRQ or CQ");
+	return qp;
+}
+
+/* Another process with an XRC SRQ in a domain on `path`: it writes its SRQ number to `out`, then holds the SRQ
+ * until `in` has something to read (or is closed). */
+static void other_process(const char *path, int in, int out)
+{
+	struct ih_dev od;
+	if (ih_dev_open(&od) != 0)
+		_exit(2);
+	int fd = open(path, O_RDONLY);
+	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = fd,
+					 .oflags = O_CREAT };
+	struct ibv_xrcd *x = ibv_open_xrcd(od.ctx, &xa);
+	struct ibv_cq *cq = ibv_create_cq(od.ctx, 16, NULL, NULL, 0);
+	struct ibv_srq_init_attr_ex a;
+	memset(&a, 0, sizeof a);
+	a.attr.max_wr = 8;
+	a.attr.max_sge = 1;
+	a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	a.srq_type = IBV_SRQT_XRC;
+	a.pd = od.pd;
+	a.xrcd = x;
+	a.cq = cq;
+	struct ibv_srq *s = x && cq ? ibv_create_srq_ex(od.ctx, &a) : NULL;
+	uint32_t n = 0;
+	if (!s || ibv_get_srq_num(s, &n) != 0 || write(out, &n, sizeof n) != sizeof n)
+		_exit(3);
+	char c;
+	(void)!read(in, &c, 1);
+	ibv_destroy_srq(s);
+	ibv_destroy_cq(cq);
+	ibv_close_xrcd(x);
+	ih_dev_close(&od);
+	_exit(0);
+}
+
 static int send_to(struct ibv_qp *qp, uint32_t n, void *buf, uint32_t len, uint32_t lkey, uint64_t wr_id)
 {
 	struct ibv_sge sge = { (uintptr_t)buf, len, lkey };
@@ -130,8 +192,23 @@ static int rdma(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t n, void *buf,
 int main(void)
 {
 	struct ibv_wc wc;
+	char path[] = "/tmp/xrc_verbs.XXXXXX";
+	int file = mkstemp(path);
+	CHECK(file >= 0, "mkstemp");
+	/* Forked before this process made anything, so both start from the same state, as two programs do. */
+	int p2c[2], c2p[2];
+	CHECK(pipe(p2c) == 0 && pipe(c2p) == 0, "pipe");
+	pid_t child = fork();
+	CHECK(child >= 0, "fork");
+	if (child == 0) {
+		close(p2c[1]);
+		close(c2p[0]);
+		other_process(path, p2c[0], c2p[1]);
+	}
+	close(p2c[0]);
+	close(c2p[1]);
 	CHECK(ih_dev_open(&d) == 0, "device: %s", d.err);
-	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1,
+	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = file,
 					 .oflags = O_CREAT };
 	xrcd = ibv_open_xrcd(d.ctx, &xa);
 	CHECK(xrcd, "ibv_open_xrcd: %s", conf_errname(errno));
@@ -219,20 +296,58 @@ int main(void)
 	CHECK(other.buf[0] == 0, "the other PD's memory is untouched");
 	CHECK(ibv_destroy_qp(ini) == 0 && ibv_destroy_qp(op) == 0, "destroy");
 
-	/* An SRQ number that is not the domain's: REM_INV_REQ_ERR. */
+	/* A target created with an RC QP's attributes takes receives from the SRQ each request names, not from the
+	 * SRQ its attributes named. */
 	ini = initiator();
-	tgt = target();
+	tgt = target_with_rc_attrs();
 	connect(ini, tgt->qp_num, 0);
 	connect(tgt, ini->qp_num, 1);
-	CHECK(send_to(ini, srqn[1] + 1000, b.buf, 8, b.mr->lkey, 30) == 0, "post SEND to a foreign SRQ number");
-	CHECK(ih_poll(scq, &wc, IH_WAIT_MS) == 1 && wc.status == IBV_WC_REM_INV_REQ_ERR, "status %d", wc.status);
+	struct ibv_sge sge1 = { (uintptr_t)b.buf + 2048, 64, b.mr->lkey };
+	struct ibv_recv_wr r1 = { .wr_id = 300, .sg_list = &sge1, .num_sge = 1 }, *bad1;
+	CHECK(ibv_post_srq_recv(srq[1], &r1, &bad1) == 0, "post_srq_recv");
+	strcpy(b.buf, "to the named srq");
+	CHECK(send_to(ini, srqn[1], b.buf, 17, b.mr->lkey, 25) == 0, "post SEND");
+	CHECK(ih_poll(scq, &wc, IH_WAIT_MS) == 1 && wc.status == IBV_WC_SUCCESS, "send completion %d", wc.status);
+	CHECK(ih_poll(rcq[1], &wc, IH_WAIT_MS) == 1 && wc.wr_id == 300 && strcmp(b.buf + 2048, b.buf) == 0,
+	      "receive on the named SRQ");
 	CHECK(ibv_destroy_qp(ini) == 0 && ibv_destroy_qp(tgt) == 0, "destroy");
+
+	/* An SRQ number that is not the domain's: REM_INV_REQ_ERR. Among them, the number of another process's SRQ
+	 * in a domain on the same file: never one of ours (a receive waits on each of our SRQs, to take it if so). */
+	uint32_t theirs = 0;
+	CHECK(read(c2p[0], &theirs, sizeof theirs) == sizeof theirs, "the other process's SRQ number");
+	CHECK(theirs != srqn[0] && theirs != srqn[1], "SRQ numbers %u, %u here and %u there", srqn[0], srqn[1],
+	      theirs);
+	for (int i = 0; i < 2; i++) {
+		struct ibv_sge sg = { (uintptr_t)b.buf + 1024 * (i + 1), 64, b.mr->lkey };
+		struct ibv_recv_wr rr = { .wr_id = 400 + i, .sg_list = &sg, .num_sge = 1 }, *rb;
+		CHECK(ibv_post_srq_recv(srq[i], &rr, &rb) == 0, "post_srq_recv %d", i);
+	}
+	uint32_t foreign[2] = { theirs, srqn[1] + 1000 };
+	for (int i = 0; i < 2; i++) {
+		ini = initiator();
+		tgt = target();
+		connect(ini, tgt->qp_num, 0);
+		connect(tgt, ini->qp_num, 1);
+		CHECK(send_to(ini, foreign[i], b.buf, 8, b.mr->lkey, 30) == 0, "post SEND to SRQ number %u", foreign[i]);
+		CHECK(ih_poll(scq, &wc, IH_WAIT_MS) == 1 && wc.status == IBV_WC_REM_INV_REQ_ERR,
+		      "SEND to SRQ number %u: status %d", foreign[i], wc.status);
+		CHECK(ibv_destroy_qp(ini) == 0 && ibv_destroy_qp(tgt) == 0, "destroy");
+	}
+	for (int i = 0; i < 2; i++)
+		CHECK(ih_poll(rcq[i], &wc, 50) == 0, "nothing arrived on our SRQ %d", i);
+	int status;
+	CHECK(write(p2c[1], "x", 1) == 1 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+		      WEXITSTATUS(status) == 0,
+	      "the other process: status 0x%x", status);
 
 	ih_buf_free(&other);
 	ibv_dealloc_pd(pd2);
 	for (int i = 0; i < 2; i++)
 		CHECK(ibv_destroy_srq(srq[i]) == 0 && ibv_destroy_cq(rcq[i]) == 0, "destroy SRQ %d", i);
 	CHECK(ibv_close_xrcd(xrcd) == 0, "ibv_close_xrcd");
+	close(file);
+	unlink(path);
 	ih_buf_free(&b);
 	ibv_destroy_cq(scq);
 	ih_dev_close(&d);

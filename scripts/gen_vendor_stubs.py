@@ -18,7 +18,7 @@ The prototypes come from the system headers <infiniband/mlx5dv.h> and <infiniban
 does not compile. No code is taken from rdma-core.
 
   gen_vendor_stubs.py generate <lib> <out.c> <out.map>   # lib: mlx5 | efa (meson runs this)
-  gen_vendor_stubs.py imports [binary ...]               # what binaries import (default: perftest's and UCX's)
+  gen_vendor_stubs.py imports [binary ...]               # what binaries import (default: perftest's, UCX's and libfabric's)
   gen_vendor_stubs.py check --build-dir build            # the table vs the imports vs the built stubs
 
 Set RDMASHIM_STUB_TRACE=1 to have a stub print one line on stderr when it is called.
@@ -129,6 +129,15 @@ LIBS = {
             ("EFA_1.1", "struct ibv_qp *", "efadv_create_qp_ex",
              [("struct ibv_context *", "ibvctx"), ("struct ibv_qp_init_attr_ex *", "attr_ex"),
               ("struct efadv_qp_init_attr *", "efa_attr"), ("uint32_t", "inlen")], EOPNOTSUPP_NULL),
+            # What libfabric's efa provider imports (libfabric.so.1 links libefa.so.1).
+            ("EFA_1.1", "int", "efadv_query_ah",
+             [("struct ibv_ah *", "ibvah"), ("struct efadv_ah_attr *", "attr"),
+              ("uint32_t", "inlen")], EOPNOTSUPP_RET),
+            ("EFA_1.2", "struct ibv_cq_ex *", "efadv_create_cq",
+             [("struct ibv_context *", "ibvctx"), ("struct ibv_cq_init_attr_ex *", "attr_ex"),
+              ("struct efadv_cq_init_attr *", "efa_attr"), ("uint32_t", "inlen")], EOPNOTSUPP_NULL),
+            ("EFA_1.2", "struct efadv_cq *", "efadv_cq_from_ibv_cq_ex",
+             [("struct ibv_cq_ex *", "ibvcqx")], EOPNOTSUPP_NULL),
         ],
     },
 }
@@ -241,7 +250,8 @@ def dynsyms(path, objdump):
 
 
 def importers():
-    """perftest's binaries and UCX's verbs modules (libuct_ib, libuct_rdmacm): what must load."""
+    """perftest's binaries, UCX's verbs modules (libuct_ib, libuct_rdmacm) and libfabric (its
+    verbs and efa providers are built in): what must load."""
     try:
         r = subprocess.run(["dpkg", "-L", "perftest"], capture_output=True, text=True)
         bins = [p for p in r.stdout.split() if p.startswith("/usr/bin/") and os.path.isfile(p)]
@@ -250,6 +260,7 @@ def importers():
     if not bins:
         bins = sorted(glob.glob("/usr/bin/ib_*_lat") + glob.glob("/usr/bin/ib_*_bw"))
     bins += sorted(glob.glob("/usr/lib/*/ucx/libuct_ib.so.0") + glob.glob("/usr/lib/*/ucx/libuct_rdmacm.so.0"))
+    bins += sorted(glob.glob("/usr/lib/*/libfabric.so.1"))
     out = []
     for b in bins:
         with open(b, "rb") as f:
@@ -297,7 +308,7 @@ def cmd_check(args):
         table = {(f[2], f[0]) for f in spec["functions"]}
         imported = set(want[lib])
         report(imported <= table,
-               f"{spec['soname']}: every import of perftest and UCX is in the stub table"
+               f"{spec['soname']}: every import of perftest, UCX and libfabric is in the stub table"
                + ("" if imported <= table else ": missing " + ", ".join(f"{n}@{v}" for n, v in sorted(imported - table))))
         if table - imported:
             print(f"[note] {spec['soname']}: in the table but imported by no perftest or UCX binary: "

@@ -311,7 +311,8 @@ pub fn device_attr(a: &mut ibv_device_attr) {
     a.max_qp_wr = MAX_QP_WR as i32;
     // Memory windows, type 1 and 2B (verbs/mw.rs); both flags live in device_cap_flags.
     a.device_cap_flags = ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW.0
-        | ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0;
+        | ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0
+        | ibv_device_cap_flags::IBV_DEVICE_XRC.0;
     a.max_sge = MAX_SGE as i32;
     a.max_sge_rd = MAX_SGE as i32;
     a.max_cq = 0x4000;

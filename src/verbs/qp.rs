@@ -150,6 +150,11 @@ impl Qp {
             (Some(_), ..) | (None, true, true) => None,
             _ => Some(o.cqs.get(attr.recv_cq)?),
         };
+        // An XRC target's receives come from the SRQ each request names: the attributes' SRQ
+        // is ignored, as libibverbs ignores it (it passes the kernel no SRQ for XRC_RECV).
+        if xrcd.is_some() {
+            attr.srq = ptr::null_mut();
+        }
         let srq = if attr.srq.is_null() { None } else { Some(o.srqs.get(attr.srq)?) };
         // Only RC and UD QPs take an SRQ (ibv_create_qp(3), NOTES).
         if srq.is_some() && !matches!(attr.qp_type, IBV_QPT_RC | IBV_QPT_UD) {

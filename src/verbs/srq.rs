@@ -29,6 +29,8 @@ pub struct Srq {
 pub struct XrcSrq {
     pub xrcd: Arc<Xrcd>,
     pub srqn: u32,
+    /// Keeps `srqn` unique on the host while the SRQ lives (`xrcd::claim_srqn`).
+    pub _claim: std::os::fd::OwnedFd,
     /// Where the receives of requests that name this SRQ complete.
     pub cq: Arc<Cq>,
 }
@@ -73,7 +75,8 @@ impl Srq {
                 if !Arc::ptr_eq(&xrcd.ctx, &pd.ctx) || !Arc::ptr_eq(&cq.ctx, &pd.ctx) {
                     return Err(Errno::EINVAL);
                 }
-                Some(XrcSrq { xrcd, srqn: super::xrcd::new_srqn(), cq })
+                let (srqn, _claim) = super::xrcd::claim_srqn()?;
+                Some(XrcSrq { xrcd, srqn, _claim, cq })
             }
             ibv_srq_type::IBV_SRQT_TM => return Err(Errno::EOPNOTSUPP),
             _ => return Err(Errno::EINVAL),

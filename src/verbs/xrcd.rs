@@ -4,7 +4,8 @@
 //! A domain opened on a file is the domain of that file's inode: every `ibv_open_xrcd` on the
 //! same inode in this process gets its own `ibv_xrcd` handle on one shared [`Domain`]. Sharing
 //! a domain with another process is not offered (each process has its own); a domain opened
-//! with fd -1 is private to its handle.
+//! with fd -1 is private to its handle. SRQ numbers are unique on the host all the same
+//! ([`claim_srqn`]), so a number another process's SRQ has is never one of ours.
 
 use super::device::Context;
 use super::objects;
@@ -14,9 +15,10 @@ use crate::errno::{Errno, Result};
 use crate::handle::CBox;
 use crate::provider::{XrcSrqs, XrcTarget};
 use crate::runtime::fork::PerProcess;
-use crate::runtime::lock;
+use crate::runtime::{lock, unix};
 use crate::sys::*;
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -45,8 +47,12 @@ type Inode = (u64, u64);
 static BY_INODE: PerProcess<Mutex<HashMap<Inode, Weak<Domain>>>> =
     PerProcess::new(|| Mutex::new(HashMap::new()));
 
-/// SRQ numbers: unique in the process, so a number names at most one SRQ in any domain.
-static NEXT_SRQN: AtomicU32 = AtomicU32::new(1);
+/// The next SRQ number this process tries (0: not chosen yet; see [`claim_srqn`]).
+static NEXT_SRQN: AtomicU32 = AtomicU32::new(0);
+
+/// How many numbers [`claim_srqn`] tries before it gives up (`ENOMEM`, as when a device runs
+/// out of SRQs).
+const SRQN_TRIES: u32 = 4096;
 
 impl Xrcd {
     /// `ibv_open_xrcd`: with fd -1, a new private domain (`O_CREAT` required); with a file,
@@ -153,10 +159,30 @@ impl Xrcd {
     }
 }
 
-/// The next SRQ number.
-pub fn new_srqn() -> u32 {
-    // 24 bits, never 0 (the number of no SRQ).
-    NEXT_SRQN.fetch_add(1, Ordering::Relaxed) % 0xff_ffff + 1
+/// A new SRQ number, and the claim that keeps it ours: a socket bound to the abstract name
+/// `rdmashim/srqn/<number>` for as long as the SRQ lives. The name makes the number unique
+/// among all the processes of this host (network namespace), not only ours, as a device's SRQ
+/// numbers are. So a request that names another process's SRQ (which a domain shared through
+/// a file would reach on hardware) can never be taken for one of ours: it finds no SRQ here
+/// and is refused (`IBV_WC_REM_INV_REQ_ERR` at the sender).
+pub fn claim_srqn() -> Result<(u32, OwnedFd)> {
+    // 24 bits, never 0 (the number of no SRQ). Each process starts at its own place, so
+    // processes that create SRQs together rarely try the same numbers.
+    let _ = NEXT_SRQN.compare_exchange(
+        0,
+        std::process::id().wrapping_mul(0x9e37_79b1) % 0xff_ffff + 1,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..SRQN_TRIES {
+        let n = NEXT_SRQN.fetch_add(1, Ordering::Relaxed) % 0xff_ffff + 1;
+        match unix::bind(&format!("rdmashim/srqn/{n:06x}")) {
+            Ok(fd) => return Ok((n, fd)),
+            Err(Errno::EADDRINUSE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::ENOMEM)
 }
 
 impl XrcSrqs for Domain {

@@ -85,6 +85,11 @@ class Scenario:
     verify: Optional[Callable[[dict], List[str]]] = None
     # Options both programs get across namespaces only (before a trailing "{host}").
     netns_args: List[str] = field(default_factory=list)
+    # Environment variables both programs get (shown in the logged command lines).
+    env: dict = field(default_factory=dict)
+    # Drop-in vendor stub functions (scripts/gen_vendor_stubs.py) the program calls to ask
+    # whether a device is that vendor's (the stub answers no); any other stub call fails the run.
+    stub_probes: List[str] = field(default_factory=list)
 
     def argv(self, which, port, host=HOST, local=HOST, gid=0, netns=False, files=None):
         cmd = list(self.server if which == "server" else self.client)
@@ -472,6 +477,48 @@ add(Scenario(
     netns_args=["-x", "{gid}"],
     rerun_on_own_failure=PERFTEST_CLOCK_FIT_FAILED,
 ))
+
+
+# libfabric's verbs provider (Debian's libfabric1) over our libibverbs and librdmacm, driven by
+# its own fi_pingpong: every size of its table up to 6 MiB (datagrams: up to the MTU), each
+# message checked byte for byte (-c). "msg" is verbs' RC endpoint connected through rdma_cm;
+# "rdm" is libfabric's reliable-datagram layer (ofi_rxm) on top of it; "dgram" is UD.
+# FI_VERBS_PREFER_XRC with a shared receive context makes rxm connect XRC endpoints through
+# rdma_cm: an XRC domain opened on a file, XRC SRQs, XRC_SEND and XRC_RECV QPs made by
+# rdma_create_qp_ex, and a request's SRQ number set per message.
+# fi_pingpong's failures: its error lines ("[error] util/pingpong.c:411: failed to connect"), a
+# failed call ("fi_send(): util/pingpong.c:1234, ret=-5 (...)") and a data check that failed.
+# (Not a bare "error": libfabric's own info log, which the XRC run turns on, has such words.)
+FI_PINGPONG_FAIL = (r"^\[error\]|\(\): \S+:\s*\d+, ret=|^Error at iteration|Segmentation|"
+                    r"Aborted|core dumped")
+# The XRC run logs libfabric's choices (verbs only): that rxm took the XRC domain (soft0-xrc,
+# offered only when the device has IBV_DEVICE_XRC) is then in both sides' output.
+FI_XRC = {"FI_VERBS_PREFER_XRC": "1", "FI_OFI_RXM_USE_SRX": "1", "FI_LOG_LEVEL": "info",
+          "FI_LOG_PROV": "verbs"}
+for suffix, ep, env, title, port in [
+        ("msg", "msg", {}, "RC endpoints through rdma_cm", 7656),
+        ("rdm", "rdm", {}, "ofi_rxm reliable datagrams over RC", 7658),
+        ("dgram", "dgram", {}, "UD datagrams", 7660),
+        ("rdm-xrc", "rdm", FI_XRC,
+         "ofi_rxm over XRC endpoints (XRC domain, SRQs and QPs through rdma_cm)", 7662)]:
+    last = r"4k" if ep == "dgram" else r"6m"
+    xrc = [("both", r"skipping device soft0 \(want soft0-xrc\)")] if env else []
+    add(Scenario(
+        name="fi-pingpong-" + suffix, issue=13,
+        title=f"libfabric fi_pingpong -p verbs -e {ep}: {title}, every size, data checked",
+        server=["fi_pingpong", "-p", "verbs", "-e", ep, "-S", "all", "-c", "-I", "20",
+                "-B", "{port}"],
+        client=["fi_pingpong", "-p", "verbs", "-e", ep, "-S", "all", "-c", "-I", "20",
+                "-P", "{port}", "{host}"],
+        port=port, ready="tcp",
+        timeout=90.0,
+        env=env,
+        # libfabric's efa provider asks every device whether it is an EFA device.
+        stub_probes=["efadv_query_device"],
+        expect=[("both", r"^bytes\s+#sent\s+#ack\s+total"),
+                ("both", r"^1\s+20\s+=20\s"), ("both", rf"^{last}\s+20\s+=20\s")] + xrc,
+        forbid=[("both", FI_PINGPONG_FAIL)],
+    ))
 
 
 # --- issue 10: rsockets ----------------------------------------------------------------------

@@ -240,8 +240,11 @@ def shell_line(env_changes, argv):
 
 
 # Every scenario: the drop-in vendor stubs (libmlx5.so.1, libefa.so.1) must never be called on
-# the soft device; run with RDMASHIM_STUB_TRACE=1 they say so when they are.
-GLOBAL_FORBID = [("both", r"^rdmashim: \S+ stub: ")]
+# the soft device, except the probes a scenario names (`stub_probes`: "is this device yours?",
+# which the stub answers no); run with RDMASHIM_STUB_TRACE=1 they say so when they are.
+def global_forbid(scenario):
+    allowed = "".join(rf"(?!{re.escape(f)}\(\))" for f in scenario.stub_probes)
+    return [("both", rf"^rdmashim: \S+ stub: {allowed}")]
 
 
 def check_output(who, text, scenario):
@@ -257,7 +260,7 @@ def check_output(who, text, scenario):
             problems.append(f"{who}: no line matching /{rx}/")
         elif count is not None and n != count:
             problems.append(f"{who}: {n} lines match /{rx}/, want {count}")
-    for w, rx in scenario.forbid + GLOBAL_FORBID:
+    for w, rx in scenario.forbid + global_forbid(scenario):
         if w not in (who, "both"):
             continue
         m = re.search(rx, text, re.M)
@@ -399,6 +402,8 @@ def run_scenario(sc, mode, build_dir, timeout_cap=None, fixed_ports=False, place
     if problems:
         shutil.rmtree(tmp, ignore_errors=True)
         return "fail", problems, ("", "")
+    env.update(sc.env)
+    changes.update(sc.env)
     log(f"scenario {sc.name} ({sc.title}), mode {mode}" + (" across namespaces" if netns else ""))
     print(f"server: {shell_line(changes, [os.path.basename(server_argv[0])] + server_argv[1:])}")
     print(f"client: {shell_line(changes, [os.path.basename(client_argv[0])] + client_argv[1:])}")

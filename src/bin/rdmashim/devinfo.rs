@@ -264,11 +264,13 @@ fn port_info(o: &mut String, ctx: &Ctx, port: u8) -> Result<(), String> {
     Ok(())
 }
 
-/// The names ibv_devinfo prints under `device_cap_flags`, one a line (the flags we advertise).
+/// The names ibv_devinfo prints under `device_cap_flags`, one a line, in bit order (the flags
+/// we advertise).
 fn cap_flag_names(flags: u32) -> String {
     use ibv_device_cap_flags as f;
     let known = [
         (f::IBV_DEVICE_MEM_WINDOW.0, "MEM_WINDOW"),
+        (f::IBV_DEVICE_XRC.0, "XRC"),
         (f::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0, "MEM_WINDOW_TYPE_2B"),
     ];
     let mut s = String::new();
