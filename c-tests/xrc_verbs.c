@@ -125,6 +125,21 @@ static struct ibv_qp *target_with_rc_attrs(void)
 	return qp;
 }
 
+/* An XRC SRQ of 8 receives in `x`, completing on `cq`. */
+static struct ibv_srq *xrc_srq(struct ih_dev *dev, struct ibv_xrcd *x, struct ibv_cq *cq)
+{
+	struct ibv_srq_init_attr_ex a;
+	memset(&a, 0, sizeof a);
+	a.attr.max_wr = 8;
+	a.attr.max_sge = 1;
+	a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	a.srq_type = IBV_SRQT_XRC;
+	a.pd = dev->pd;
+	a.xrcd = x;
+	a.cq = cq;
+	return ibv_create_srq_ex(dev->ctx, &a);
+}
+
 /* Another process with an XRC SRQ in a domain on `path`: it writes its SRQ number to `out`, then holds the SRQ
  * until `in` has something to read (or is closed). */
 static void other_process(const char *path, int in, int out)
@@ -137,16 +152,7 @@ static void other_process(const char *path, int in, int out)
 					 .oflags = O_CREAT };
 	struct ibv_xrcd *x = ibv_open_xrcd(od.ctx, &xa);
 	struct ibv_cq *cq = ibv_create_cq(od.ctx, 16, NULL, NULL, 0);
-	struct ibv_srq_init_attr_ex a;
-	memset(&a, 0, sizeof a);
-	a.attr.max_wr = 8;
-	a.attr.max_sge = 1;
-	a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-	a.srq_type = IBV_SRQT_XRC;
-	a.pd = od.pd;
-	a.xrcd = x;
-	a.cq = cq;
-	struct ibv_srq *s = x && cq ? ibv_create_srq_ex(od.ctx, &a) : NULL;
+	struct ibv_srq *s = x && cq ? xrc_srq(&od, x, cq) : NULL;
 	uint32_t n = 0;
 	if (!s || ibv_get_srq_num(s, &n) != 0 || write(out, &n, sizeof n) != sizeof n)
 		_exit(3);
@@ -218,16 +224,7 @@ int main(void)
 	      "buffer");
 	for (int i = 0; i < 2; i++) {
 		rcq[i] = ibv_create_cq(d.ctx, 16, NULL, NULL, 0);
-		struct ibv_srq_init_attr_ex a;
-		memset(&a, 0, sizeof a);
-		a.attr.max_wr = 8;
-		a.attr.max_sge = 1;
-		a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-		a.srq_type = IBV_SRQT_XRC;
-		a.pd = d.pd;
-		a.xrcd = xrcd;
-		a.cq = rcq[i];
-		srq[i] = ibv_create_srq_ex(d.ctx, &a);
+		srq[i] = xrc_srq(&d, xrcd, rcq[i]);
 		CHECK(srq[i] && ibv_get_srq_num(srq[i], &srqn[i]) == 0, "XRC SRQ %d: %s", i, conf_errname(errno));
 		struct ibv_sge sge = { (uintptr_t)b.buf + 1024 * (i + 1), 64, b.mr->lkey };
 		struct ibv_recv_wr r = { .wr_id = 100 + i, .sg_list = &sge, .num_sge = 1 }, *bad;
