@@ -122,6 +122,7 @@ static struct ibv_qp *target_with_rc_attrs(void)
 	struct ibv_qp *qp = ibv_create_qp_ex(d.ctx, &a);
 	CHECK(qp, "XRC_RECV QP with an RC QP's attributes: %s", conf_errname(errno));
 	CHECK(qp->srq == NULL && qp->send_cq == NULL && qp->recv_cq == NULL, "the target took no SRQ or CQ");
+	CHECK(a.srq == srq[0], "the caller's attributes keep their SRQ");
 	return qp;
 }
 

@@ -311,7 +311,7 @@ def cmd_check(args):
                f"{spec['soname']}: every import of perftest, UCX and libfabric is in the stub table"
                + ("" if imported <= table else ": missing " + ", ".join(f"{n}@{v}" for n, v in sorted(imported - table))))
         if table - imported:
-            print(f"[note] {spec['soname']}: in the table but imported by no perftest or UCX binary: "
+            print(f"[note] {spec['soname']}: in the table but imported by no perftest, UCX or libfabric binary: "
                   + ", ".join(f"{n}@{v}" for n, v in sorted(table - imported)))
         path = os.path.join(args.build_dir, "dropin", spec["soname"])
         if not os.path.exists(path):

@@ -151,11 +151,10 @@ impl Qp {
             _ => Some(o.cqs.get(attr.recv_cq)?),
         };
         // An XRC target's receives come from the SRQ each request names: the attributes' SRQ
-        // is ignored, as libibverbs ignores it (it passes the kernel no SRQ for XRC_RECV).
-        if xrcd.is_some() {
-            attr.srq = ptr::null_mut();
-        }
-        let srq = if attr.srq.is_null() { None } else { Some(o.srqs.get(attr.srq)?) };
+        // is ignored (and left as the caller set it), as libibverbs ignores it (it passes the
+        // kernel no SRQ for XRC_RECV).
+        let srq_ptr = if xrcd.is_some() { ptr::null_mut() } else { attr.srq };
+        let srq = if srq_ptr.is_null() { None } else { Some(o.srqs.get(srq_ptr)?) };
         // Only RC and UD QPs take an SRQ (ibv_create_qp(3), NOTES).
         if srq.is_some() && !matches!(attr.qp_type, IBV_QPT_RC | IBV_QPT_UD) {
             return Err(Errno::EINVAL);
@@ -199,7 +198,7 @@ impl Qp {
         r.pd = named;
         r.send_cq = if send_cq.is_some() { attr.send_cq } else { ptr::null_mut() };
         r.recv_cq = if recv_cq.is_some() { attr.recv_cq } else { ptr::null_mut() };
-        r.srq = attr.srq;
+        r.srq = srq_ptr;
         r.state = IBV_QPS_RESET;
         r.qp_type = attr.qp_type;
         let raw = Arc::new(raw);
