@@ -14,7 +14,9 @@
    iteration, stays under 0.05 for every call but epoll_wait on each side. That covers the
    datagrams themselves (sendmsg, recvmsg: they go through the shared-memory rings) and the
    interface scan (socket/bind/getsockname/sendto/close, the calls of getifaddrs, which the GID
-   lookup of every UD send once made);
+   lookup of every UD send once made). The same holds for multicast, with Debian's ib_send_lat
+   in UD multicast mode: each message goes to a group whose member is the other side (once one
+   sendmsg per member, and one recvmsg per send for the sender's check for joins);
 4. RDMA WRITEs on the same host cost the target nothing (issue 11, the direct path): during
    Debian's ib_write_bw of 300,000 4 KiB WRITEs the target process (the perftest server, which
    only waits on its TCP socket) uses under 0.1 s of CPU time in all, start-up included, read
@@ -62,13 +64,26 @@ def strace_calls(path):
     return calls
 
 
-def traced_pair(build, program, iters):
-    """[server {call: count}, client {call: count}] of one pair of Debian's `program`
-    (ibv_rc_pingpong or ibv_ud_pingpong; 64-byte messages, GID index 0) of `iters` iterations,
-    both sides (every thread) under strace -f -c."""
+def pingpong_args(program, iters):
+    """Debian's `program` (ibv_rc_pingpong or ibv_ud_pingpong): 64-byte messages, GID index 0,
+    `iters` iterations."""
+    return [program, "-g", "0", "-s", "64", "-n", str(iters)]
+
+
+def mcast_lat_args(iters):
+    """perftest's ib_send_lat over UD to a multicast group (-g; the IPv6 GID, -x 2, which its
+    multicast mode wants): each side a member, each message sent to the group; 64 bytes,
+    `iters` iterations."""
+    return ["ib_send_lat", "-c", "UD", "-g", "-x", "2", "-s", "64", "-n", str(iters)]
+
+
+def traced_pair(build, args):
+    """[server {call: count}, client {call: count}] of one pair of the program `args` (without
+    port and server address), both sides (every thread) under strace -f -c."""
     env = env_for(build)
     port = str(free_port())
-    pp = [program, "-g", "0", "-s", "64", "-n", str(iters), "-p", port]
+    program = args[0]
+    pp = args + ["-p", port]
     with tempfile.TemporaryDirectory() as tmp:
         outs = [os.path.join(tmp, "server.strace"), os.path.join(tmp, "client.strace")]
         server = subprocess.Popen(["strace", "-f", "-c", "-o", outs[0]] + pp, env=env,
@@ -96,7 +111,7 @@ def naps_and_others(calls):
 def pingpong_syscalls(build, iters):
     """(naps, other calls) of the server and of the client for one busy-polling
     ibv_rc_pingpong pair of `iters` iterations."""
-    return [naps_and_others(c) for c in traced_pair(build, "ibv_rc_pingpong", iters)]
+    return [naps_and_others(c) for c in traced_pair(build, pingpong_args("ibv_rc_pingpong", iters))]
 
 
 def syscalls_per_message(build, small=10000, large=50000):
@@ -119,15 +134,15 @@ def syscalls_per_message(build, small=10000, large=50000):
 SCAN_CALLS = ("socket", "bind", "getsockname", "sendto", "close")
 
 
-def ud_calls_per_message(build, small=1000, large=11000):
+def ud_calls_per_message(build, args_for, what, small=1000, large=11000):
     """{side: {call: extra calls per extra iteration}} for every call either run made (SCAN_CALLS
-    and the datagram calls always listed)."""
-    runs = [traced_pair(build, "ibv_ud_pingpong", n) for n in (small, large)]
+    and the datagram calls always listed), of the pair `args_for(iterations)`."""
+    runs = [traced_pair(build, args_for(n)) for n in (small, large)]
     result = {}
     for side, (a, b) in zip(("server", "client"), zip(*runs)):
         calls = sorted((set(a) | set(b) | set(SCAN_CALLS) | {"sendmsg", "recvmsg"}) - {"total"})
         result[side] = {c: (b.get(c, 0) - a.get(c, 0)) / (large - small) for c in calls}
-        print(f"ud {side}: " + ", ".join(f"{c} {a.get(c, 0)} -> {b.get(c, 0)}" for c in calls)
+        print(f"{what} {side}: " + ", ".join(f"{c} {a.get(c, 0)} -> {b.get(c, 0)}" for c in calls)
               + f" for {small} -> {large} iterations")
     return result
 
@@ -202,21 +217,28 @@ def main():
         if naps >= 0.5:
             print(f"FAIL: {who}: the progress thread waits once per message")
             ok = False
-    for side, per in ud_calls_per_message(build).items():
-        print(f"fastpath: ud {side}: per message " + ", ".join(f"{c} {v:.4f}" for c, v in per.items()))
-        # One scan per UD send shows 1 (or more) here; a table re-read once a second, well
-        # under 0.01.
-        bad = [c for c in SCAN_CALLS if per[c] > 0.05]
-        if bad:
-            print(f"FAIL: ud {side}: {', '.join(bad)} calls per message: an interface scan per send")
-            ok = False
-        # A datagram through the socket, or a receiver reading its socket now and then while
-        # senders use rings, shows up to several per message here.
-        bad = [c for c, v in per.items() if c != "epoll_wait" and c not in SCAN_CALLS and v > 0.05]
-        if bad:
-            print(f"FAIL: ud {side}: {', '.join(f'{c} {per[c]:.3f}' for c in bad)} per message: "
-                  "a system call per datagram")
-            ok = False
+    ud_runs = [("ud", lambda n: pingpong_args("ibv_ud_pingpong", n)),
+               ("ud multicast", mcast_lat_args)]
+    for what, args_for in ud_runs:
+        for side, per in ud_calls_per_message(build, args_for, what).items():
+            print(f"fastpath: {what} {side}: per message "
+                  + ", ".join(f"{c} {v:.4f}" for c, v in per.items()))
+            # One scan per UD send shows 1 (or more) here; a table re-read once a second, well
+            # under 0.01.
+            bad = [c for c in SCAN_CALLS if per[c] > 0.05]
+            if bad:
+                print(f"FAIL: {what} {side}: {', '.join(bad)} calls per message: an interface "
+                      "scan per send")
+                ok = False
+            # A datagram through the socket, a receiver reading its socket now and then while
+            # senders use rings, or a multicast sender reading its marker at each send shows
+            # up to several per message here.
+            bad = [c for c, v in per.items()
+                   if c != "epoll_wait" and c not in SCAN_CALLS and v > 0.05]
+            if bad:
+                print(f"FAIL: {what} {side}: {', '.join(f'{c} {per[c]:.3f}' for c in bad)} per "
+                      "message: a system call per datagram")
+                ok = False
     cpu = write_target_cpu(build)
     print(f"fastpath: the target of {WRITES} RDMA WRITEs of {WRITE_SIZE} bytes used {cpu:.3f} s of CPU")
     if cpu >= TARGET_CPU_MAX:

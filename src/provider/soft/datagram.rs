@@ -3,9 +3,7 @@
 //! (`ud_backlog`), several back to back, each a [`UdHdr`] and its payload ([`messages`]).
 //! Who belongs to a multicast group is [`super::groups`]' to say.
 
-use super::link::qp_name;
-use crate::runtime::unix::{self, Pod};
-use std::os::fd::RawFd;
+use crate::runtime::unix::Pod;
 
 const MAGIC: u32 = 0x5244_5544; // "RDUD"
 /// The message carries immediate data.
@@ -70,25 +68,6 @@ pub fn messages(buf: &[u8]) -> impl Iterator<Item = (UdHdr, &[u8])> {
         rest = &rest[end..];
         Some((h, payload))
     })
-}
-
-/// Offers one datagram (header and payload, in `parts`) to `dst_qpn`'s socket without waiting.
-/// False when the receiver's queue is full (unix datagram queues hold only
-/// `net.unix.max_dgram_qlen` messages until its progress thread drains them): the caller holds
-/// it and tries again (`ud_backlog`). A receiver that is gone drops it, as an unreliable
-/// datagram service may: that counts as taken.
-pub fn offer(sock: RawFd, dst_qpn: u32, parts: &[&[u8]]) -> bool {
-    unix::send_dgram(sock, &qp_name(dst_qpn), parts) != Err(crate::Errno::EAGAIN)
-}
-
-/// [`offer`] to `dst_qpn` as a member of the group `mgid`: a member found gone (its socket
-/// closed) is dropped from this process's list of the group.
-pub fn offer_member(sock: RawFd, mgid: &[u8; 16], dst_qpn: u32, parts: &[&[u8]]) -> bool {
-    let r = unix::send_dgram(sock, &qp_name(dst_qpn), parts);
-    if r == Err(crate::Errno::ECONNREFUSED) {
-        super::groups::gone(mgid, dst_qpn);
-    }
-    r != Err(crate::Errno::EAGAIN)
 }
 
 #[cfg(test)]

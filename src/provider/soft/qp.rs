@@ -449,13 +449,19 @@ impl TransportQp for SoftQp {
 
     /// UD QPs only (checked above); attaching twice is harmless.
     fn attach_mcast(&self, gid: [u8; 16]) -> Result<()> {
-        let mut st = lock(&self.st);
-        if st.mcast.iter().any(|(g, ..)| *g == gid) {
+        let attached = |st: &Inner| st.mcast.iter().any(|(g, ..)| *g == gid);
+        if attached(&lock(&self.st)) {
             return Ok(());
         }
-        let marker = super::groups::join(&gid, self.qpn)?;
+        // Joining waits for the group's senders, our progress thread perhaps among them,
+        // which may want this QP's lock meanwhile: not under it. The marker's name is this
+        // QP's, so only another thread attaching it to the group at once can hold it.
+        let marker = match super::groups::join(&gid, self.qpn) {
+            Err(e) if e == Errno::EADDRINUSE => return Ok(()),
+            r => r?,
+        };
         let net = super::net::mcast::join(&gid, self.qpn).ok();
-        st.mcast.push((gid, marker, net));
+        lock(&self.st).mcast.push((gid, marker, net));
         Ok(())
     }
 

@@ -94,12 +94,20 @@ impl SoftQp {
         let parts = [h.as_bytes(), payload];
         let full: Vec<u32> = if !st.ud_backlog.is_empty() {
             local.collect()
-        } else if ud.remote_qpn == MCAST_QPN {
-            local.filter(|&m| !datagram::offer_member(sock, &dgid, m, &parts)).collect()
         } else {
+            // A member's copy goes by its ring as a unicast one does (the header names the
+            // group); a member found gone leaves this process's list of the group.
             let msgs = [(h, payload)];
             let rings = &mut st.ud_rings;
-            local.filter(|&m| rings.offer(sock, self.qpn, m, &msgs, &parts) == 0).collect()
+            local
+                .filter(|&m| {
+                    let t = rings.offer(sock, self.qpn, m, &msgs, &parts);
+                    if t.gone && h.dst_qpn == MCAST_QPN {
+                        super::groups::gone(&dgid, m);
+                    }
+                    t.count == 0
+                })
+                .collect()
         };
         let mut on_net = false;
         if ud.remote_qpn == MCAST_QPN {
@@ -202,7 +210,13 @@ impl SoftQp {
                     .iter()
                     .filter_map(|p| Some((UdHdr::from_bytes(p)?, p.get(HDR_LEN..)?)))
                     .collect();
-                ud_rings.offer(sock, qpn, d, &msgs, parts)
+                let t = ud_rings.offer(sock, qpn, d, &msgs, parts);
+                if t.gone {
+                    for (h, _) in msgs.iter().filter(|(h, _)| h.dst_qpn == MCAST_QPN) {
+                        super::groups::gone(&h.dgid, d);
+                    }
+                }
+                t.count
             },
             |h| {
                 for d in &h.dsts {

@@ -23,7 +23,7 @@
 //! ring full asks the socket whether the receiver still exists: an empty datagram that is
 //! refused means it is gone, and the datagram counts as delivered and lost, as on the socket.
 
-use super::datagram::{UdHdr, HDR_LEN, UD_MTU};
+use super::datagram::{UdHdr, HDR_LEN, MCAST_QPN, UD_MTU};
 use super::link::qp_name;
 use super::ring::{Ring, LINK_SIZE, SLOT_SIZE};
 use crate::errno::Errno;
@@ -110,6 +110,21 @@ impl Drop for Segment {
     }
 }
 
+/// What an offer to a destination came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// How many of the messages were taken, the first ones.
+    pub count: usize,
+    /// The destination no longer exists (what was taken is lost with it).
+    pub gone: bool,
+}
+
+impl Taken {
+    fn by(count: usize) -> Taken {
+        Taken { count, gone: false }
+    }
+}
+
 /// What a sending QP knows of one destination.
 enum Out {
     /// A ring made for it; the `OFFER` went at the instant given (`None`: not yet, the
@@ -133,7 +148,8 @@ impl Senders {
     /// Offers the messages `msgs` (each a header and its payload; `parts`, the same bytes as
     /// one socket datagram) from our socket `sock` (QPN `me`) to `dst`: through its ring when
     /// one runs (as many as fit), else through the socket (all or none), moving the ring's
-    /// setup on. How many were taken, the first ones; 0: no room now, hold them and try again.
+    /// setup on. How many were taken, the first ones (0: no room now, hold them and try
+    /// again), and whether `dst` was found gone (those taken are lost with it).
     pub fn offer(
         &mut self,
         sock: RawFd,
@@ -141,10 +157,10 @@ impl Senders {
         dst: u32,
         msgs: &[(UdHdr, &[u8])],
         parts: &[&[u8]],
-    ) -> usize {
-        // Rings carry unicast messages to their QP only (a multicast member's copy, whose
-        // header names the group, goes by the socket).
-        if msgs.is_empty() || msgs.iter().any(|(h, _)| h.dst_qpn != dst) {
+    ) -> Taken {
+        // A ring carries messages for its QP: its own, and a multicast member's copies (whose
+        // header names the group, which the receiver checks it is attached to).
+        if msgs.is_empty() || msgs.iter().any(|(h, _)| h.dst_qpn != dst && h.dst_qpn != MCAST_QPN) {
             return by_socket(sock, dst, parts, msgs.len().max(1));
         }
         loop {
@@ -153,20 +169,21 @@ impl Senders {
                     let n = write(&seg.ring, msgs);
                     if n > 0 {
                         bell.ring();
-                        return n;
+                        return Taken::by(n);
                     }
                     // No room. A receiver that is gone never makes any: its socket says so
                     // (asked now and then: the question is a datagram the receiver reads).
                     let now = Instant::now();
                     if probed.is_some_and(|t| now.duration_since(t) < PROBE_EVERY) {
-                        return 0;
+                        return Taken::by(0);
                     }
                     *probed = Some(now);
                     if unix::send_dgram(sock, &qp_name(dst), &[]) != Err(Errno::ECONNREFUSED) {
-                        return 0;
+                        return Taken::by(0);
                     }
                     self.out.remove(&dst);
-                    return msgs.len(); // lost with their receiver, as on the socket
+                    // Lost with their receiver, as on the socket.
+                    return Taken { count: msgs.len(), gone: true };
                 }
                 Some(Out::Ready(..)) => {
                     self.out.remove(&dst); // the receiver closed it: back to the socket
@@ -183,7 +200,10 @@ impl Senders {
                     // Offered (again) once a datagram went, when the offer could not go or no
                     // answer came for a while (a full queue at either end loses the message).
                     let now = Instant::now();
-                    if r > 0 && sent.is_none_or(|t| now.duration_since(t) >= RESEND) {
+                    if r.count > 0
+                        && !r.gone
+                        && sent.is_none_or(|t| now.duration_since(t) >= RESEND)
+                    {
                         match send_offer(sock, me, dst, seg) {
                             Ok(()) => *sent = Some(now),
                             Err(e) if e == Errno::EAGAIN => {}
@@ -242,12 +262,13 @@ impl Senders {
     }
 }
 
-/// `parts` (`count` messages) as one datagram by the socket: how many went (all or none).
-fn by_socket(sock: RawFd, dst: u32, parts: &[&[u8]], count: usize) -> usize {
-    if super::datagram::offer(sock, dst, parts) {
-        count
-    } else {
-        0
+/// `parts` (`count` messages) as one datagram by the socket: how many went (all or none; all
+/// if the receiver is gone, lost with it).
+fn by_socket(sock: RawFd, dst: u32, parts: &[&[u8]], count: usize) -> Taken {
+    match unix::send_dgram(sock, &qp_name(dst), parts) {
+        Err(e) if e == Errno::EAGAIN => Taken::by(0),
+        Err(e) if e == Errno::ECONNREFUSED => Taken { count, gone: true },
+        _ => Taken::by(count),
     }
 }
 
@@ -316,7 +337,7 @@ pub struct Receivers {
 }
 
 /// After the socket last had something, how long a polling application keeps reading it at
-/// every poll (datagrams still come that way: before a ring starts, multicast, too many rings).
+/// every poll (datagrams still come that way: before a ring starts, with too many rings).
 const SOCKET_WARM: Duration = Duration::from_millis(2);
 
 impl Receivers {
@@ -415,7 +436,7 @@ impl Receivers {
                 unsafe { std::ptr::copy_nonoverlapping(s0, hb.as_mut_ptr(), HDR_LEN) };
                 let Some(h) = UdHdr::from_bytes(&hb) else { return false };
                 let len = h.len as usize;
-                if !h.valid(HDR_LEN + len) || h.dst_qpn != me {
+                if !h.valid(HDR_LEN + len) || (h.dst_qpn != me && h.dst_qpn != MCAST_QPN) {
                     return false;
                 }
                 let need = slots_for(len);

@@ -109,6 +109,20 @@ fn a_lying_producer_loses_its_ring() {
     assert!(r.rings.is_empty(), "a head out of range drops the ring");
 }
 
+/// A multicast member's copy (its header names the group, not the QP) travels the member's
+/// ring and comes out as sent; whether the QP is attached is the receiver's check.
+#[test]
+fn a_members_copy_travels_its_ring() {
+    let mut mem = ring_memory();
+    let (p, mut r) = ends(&mut mem, 7);
+    let (d, e) = (pattern(40, 1), pattern(24, 2));
+    assert_eq!(write(&p, &[(hdr(MCAST_QPN, 40, 1), &d[..]), (hdr(9, 24, 2), &e[..])]), 2);
+    let mut got = Vec::new();
+    assert!(r.drain(9, |h, b| got.push((h.dst_qpn, h.imm, b.to_vec()))));
+    assert_eq!(got, vec![(MCAST_QPN, 1, d), (9, 2, e)]);
+    assert_eq!(r.rings.len(), 1, "the ring stays");
+}
+
 /// A receiver reads a ring only after its `START`.
 #[test]
 fn a_ring_is_read_only_after_start() {
@@ -158,21 +172,22 @@ fn the_handshake_switches_to_the_ring_keeping_order() {
         let h = hdr(b, d.len(), tag);
         s.offer(fa, a, b, &[(h, &d[..])], &[h.as_bytes(), &d[..]])
     };
-    assert_eq!(send(&mut senders, 0), 1);
+    let one = Taken { count: 1, gone: false };
+    assert_eq!(send(&mut senders, 0), one);
     assert!(matches!(senders.out.get(&b), Some(Out::Offered(..))), "a ring is offered");
-    assert_eq!(send(&mut senders, 1), 1, "still by the socket");
+    assert_eq!(send(&mut senders, 1), one, "still by the socket");
     read(fb, b, &mut receivers, &mut Senders::default(), &mut got); // 0, OFFER, 1; ACCEPT goes
     assert_eq!(got, vec![0, 1]);
     read(fa, a, &mut Receivers::default(), &mut senders, &mut Vec::new()); // ACCEPT; START goes
     assert!(matches!(senders.out.get(&b), Some(Out::Ready(..))), "the ring runs");
     for t in 2..10 {
-        assert_eq!(send(&mut senders, t), 1);
+        assert_eq!(send(&mut senders, t), one);
     }
     read(fb, b, &mut receivers, &mut Senders::default(), &mut got); // START, then the ring
     assert_eq!(got, (0..10).collect::<Vec<_>>(), "in order across the switch");
     // The receiver goes: its ring closes, and the sender is back on the (refused) socket.
     drop(receivers);
     drop(sb);
-    assert_eq!(send(&mut senders, 10), 1);
+    assert_eq!(send(&mut senders, 10), Taken { count: 1, gone: true }, "lost with its receiver");
     assert!(!senders.out.contains_key(&b), "the closed ring is forgotten");
 }
