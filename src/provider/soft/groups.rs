@@ -9,8 +9,9 @@
 //! * A QP that attaches lists the markers once and sends each sender marker a nudge naming its
 //!   own marker. The sender's progress thread marks the group stale and answers; the joiner
 //!   waits for the answers (at most [`ACK_WAIT`]: a sender that cannot answer is stopped or
-//!   hung), so a send that follows the attach lists the group again, as before, while a send
-//!   between joins costs one load of a flag.
+//!   hung; a marker whose process is gone, kept open by a forked child, is not waited for), so
+//!   a send that follows the attach lists the group again, as before, while a send between
+//!   joins costs one load of a flag.
 //! * A sender whose progress thread cannot watch its marker binds `s<pid>-<k>` instead, is not
 //!   waited for, and reads its marker at each send (one non-blocking read).
 //! * Each side binds before it lists, so of a joiner and a new sender at least one sees the
@@ -92,17 +93,33 @@ pub fn left(mgid: &[u8; 16], from: RawFd) {
 /// Sends each sender marker of `mgid` the nudge `msg`, from the datagram socket `fd`: how
 /// many of those that answer it reached.
 fn nudge_senders(mgid: &[u8; 16], fd: RawFd, msg: &[u8]) -> usize {
+    let prefix = group_prefix(mgid);
     let mut answering = 0;
     for m in list(mgid) {
         if let Marker::Sender { name, answers } = m {
             // A full queue already holds a nudge: that sender lists the group anyway (and
             // answers the nudges it holds, not this one).
-            if unix::send_dgram(fd, &name, &[msg]).is_ok() && answers {
+            if unix::send_dgram(fd, &name, &[msg]).is_ok() && answers && owner_runs(&prefix, &name)
+            {
                 answering += 1;
             }
         }
     }
     answering
+}
+
+/// Whether the process a sender marker names (`w<pid>-<k>`) still runs. A forked child keeps
+/// its parent's marker open, and once the parent is gone nothing answers there.
+fn owner_runs(prefix: &str, name: &str) -> bool {
+    let pid = name.strip_prefix(prefix).and_then(|r| r.get(1..)).and_then(|r| r.split('-').next());
+    match pid.and_then(|p| p.parse::<libc::pid_t>().ok()) {
+        Some(p) if p > 0 => {
+            // SAFETY: signal 0 only asks whether the process exists; nothing is sent.
+            let r = unsafe { libc::kill(p, 0) };
+            r == 0 || Errno::last() == Errno::EPERM
+        }
+        _ => false,
+    }
 }
 
 /// Reads `count` answers at our marker `fd`, or until [`ACK_WAIT`] has passed.
@@ -327,6 +344,17 @@ mod tests {
                 assert_eq!(got.map(|(n, _)| b[..n].to_vec()), Some(vec![SEEN]));
             }
         }
+    }
+
+    /// A joiner waits only for senders whose process runs (a forked child may hold a gone
+    /// parent's marker).
+    #[test]
+    fn only_a_running_senders_answer_is_awaited() {
+        let p = group_prefix(&gid(4));
+        assert!(owner_runs(&p, &format!("{p}w{}-0", std::process::id())));
+        assert!(!owner_runs(&p, &format!("{p}w{}-0", libc::pid_t::MAX)), "no such process");
+        assert!(!owner_runs(&p, &format!("{p}w-0")));
+        assert!(!owner_runs(&p, &format!("{p}wx-0")));
     }
 
     #[test]
