@@ -479,6 +479,39 @@ add(Scenario(
 ))
 
 
+MMAP_BYTES = 8 << 20
+
+
+def mmap_files(tmp):
+    """One file per side for perftest's --mmap (its buffer is the file, mapped shared)."""
+    files = {}
+    for side in ("sfile", "cfile"):
+        files[side] = os.path.join(tmp, f"{side}.bin")
+        with open(files[side], "wb") as f:
+            f.truncate(MMAP_BYTES)
+    return files
+
+
+# Registered memory that is a shared file mapping (perftest --mmap): such a region cannot go on
+# a memfd, so peers take the copy path (DESIGN-NOTES "direct path"), and registration faults the
+# file's pages in. WRITE and READ, each side's buffer its own file.
+for prog, port in (("write_bw", 7664), ("read_bw", 7666)):
+    add(Scenario(
+        name=f"ib-{prog.replace('_', '-')}-mmap", issue=11,
+        title=f"perftest ib_{prog} --mmap: buffers that are shared file mappings (copy path)",
+        server=[f"ib_{prog}", "--mmap={sfile}", "-s", "65536", "-p", "{port}", "-n", "200"],
+        client=[f"ib_{prog}", "--mmap={cfile}", "-s", "65536", "-p", "{port}", "-n", "200",
+                "{host}"],
+        port=port, ready="tcp",
+        prepare=mmap_files,
+        expect=[("client", r"^\s*#bytes\s+#iterations"), ("client", PERFTEST_ROW)],
+        forbid=[("both", r"Couldn't|Unable to|Failed to|failed|Segmentation")],
+        check=perftest_check(200, True, server_peak=True),
+        netns_args=["-x", "{gid}"],
+        rerun_on_own_failure=PERFTEST_CLOCK_FIT_FAILED,
+    ))
+
+
 # libfabric's verbs provider (Debian's libfabric1) over our libibverbs and librdmacm, driven by
 # its own fi_pingpong: every size of its table up to 6 MiB (datagrams: up to the MTU), each
 # message checked byte for byte (-c). "msg" is verbs' RC endpoint connected through rdma_cm;
