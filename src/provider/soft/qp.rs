@@ -87,6 +87,9 @@ pub struct SoftQp {
     generation: u64,
     /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: our own multicast sends are not looped back to us.
     block_self_mcast: AtomicBool,
+    /// UD: held across an attach, which waits for the group's senders outside `st` (the
+    /// progress thread never takes it), so attaches of the QP come one at a time.
+    attaching: Mutex<()>,
     /// UD: the buffer datagrams are read into and the rings from same-host senders; one
     /// thread at a time holds it (the progress thread, or an application polling a CQ), so
     /// datagrams are delivered in arrival order.
@@ -134,6 +137,7 @@ impl SoftQp {
             _acceptor: acceptor,
             generation: fork::generation(),
             block_self_mcast: AtomicBool::new(false),
+            attaching: Mutex::new(()),
             ud_reading: Mutex::default(),
             st: Mutex::new(Inner {
                 state: QpState::Reset,
@@ -449,17 +453,13 @@ impl TransportQp for SoftQp {
 
     /// UD QPs only (checked above); attaching twice is harmless.
     fn attach_mcast(&self, gid: [u8; 16]) -> Result<()> {
-        let attached = |st: &Inner| st.mcast.iter().any(|(g, ..)| *g == gid);
-        if attached(&lock(&self.st)) {
+        let _one_at_a_time = lock(&self.attaching);
+        if lock(&self.st).mcast.iter().any(|(g, ..)| *g == gid) {
             return Ok(());
         }
         // Joining waits for the group's senders, our progress thread perhaps among them,
-        // which may want this QP's lock meanwhile: not under it. The marker's name is this
-        // QP's, so only another thread attaching it to the group at once can hold it.
-        let marker = match super::groups::join(&gid, self.qpn) {
-            Err(e) if e == Errno::EADDRINUSE => return Ok(()),
-            r => r?,
-        };
+        // which may want this QP's lock meanwhile: not under it.
+        let marker = super::groups::join(&gid, self.qpn)?;
         let net = super::net::mcast::join(&gid, self.qpn).ok();
         lock(&self.st).mcast.push((gid, marker, net));
         Ok(())
