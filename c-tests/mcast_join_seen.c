@@ -10,55 +10,41 @@
  * ROUNDS rounds, each with a new group. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "conformance/ibvhelp.h"
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, " (errno %d)\n", errno); exit(1); } } while (0)
 
-#define QKEY 0x11111111u
 #define GRH 40
 #define ROUNDS 100
 #define DEPTH 8
 #define MCAST_QPN 0xffffffu
 
+/* A device, a CQ, a UD QP in RTS (qkey IH_QKEY) and a registered buffer. */
 struct side {
-    struct ibv_context *ctx;
-    struct ibv_pd *pd;
+    struct ih_dev d;
     struct ibv_cq *cq;
     struct ibv_qp *qp;
+    struct ih_buf b;
 };
 
 static void open_side(struct side *s)
 {
-    int n;
-    struct ibv_device **l = ibv_get_device_list(&n);
-    CHECK(l && n > 0, "no device");
-    s->ctx = ibv_open_device(l[0]);
-    ibv_free_device_list(l);
-    CHECK(s->ctx, "ibv_open_device");
-    s->pd = ibv_alloc_pd(s->ctx);
-    s->cq = ibv_create_cq(s->ctx, 2 * DEPTH, NULL, NULL, 0);
-    CHECK(s->pd && s->cq, "pd/cq");
-    struct ibv_qp_init_attr ia = { .send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_UD,
-        .cap = { .max_send_wr = DEPTH, .max_recv_wr = DEPTH, .max_send_sge = 1,
-                 .max_recv_sge = 1, .max_inline_data = 64 } };
-    s->qp = ibv_create_qp(s->pd, &ia);
+    CHECK(!ih_dev_open(&s->d), "%s", s->d.err);
+    s->cq = ibv_create_cq(s->d.ctx, 2 * DEPTH, NULL, NULL, 0);
+    CHECK(s->cq, "ibv_create_cq");
+    struct ibv_qp_init_attr ia = ih_qp_attr(IBV_QPT_UD, s->cq, DEPTH);
+    s->qp = ibv_create_qp(s->d.pd, &ia);
     CHECK(s->qp, "ibv_create_qp");
-    struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
-    CHECK(!ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
-          "INIT");
-    a.qp_state = IBV_QPS_RTR;
-    CHECK(!ibv_modify_qp(s->qp, &a, IBV_QP_STATE), "RTR");
-    a.qp_state = IBV_QPS_RTS;
-    CHECK(!ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), "RTS");
+    CHECK(!ih_ud_ready(s->qp, s->d.err, sizeof s->d.err), "%s", s->d.err);
+    CHECK(!ih_buf_make(&s->d, &s->b, GRH + 64, IBV_ACCESS_LOCAL_WRITE), "%s", s->d.err);
 }
 
 /* Round `r`'s group: an IPv6 multicast GID of this test run alone (the parent's pid). */
@@ -79,30 +65,19 @@ static int child(pid_t parent, int in, int out)
 {
     struct side s;
     open_side(&s);
-    static char buf[GRH + 64];
-    struct ibv_mr *mr = ibv_reg_mr(s.pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(mr, "ibv_reg_mr");
     for (int r = 0; r < ROUNDS; r++) {
-        struct ibv_sge g = { (uintptr_t)buf, sizeof buf, mr->lkey };
-        struct ibv_recv_wr w = { .wr_id = (uint64_t)r, .sg_list = &g, .num_sge = 1 }, *bad;
-        CHECK(!ibv_post_recv(s.qp, &w, &bad), "ibv_post_recv");
+        memset(s.b.buf, 0, s.b.len);
+        CHECK(!ih_post_recv(s.qp, s.b.buf, s.b.len, s.b.mr->lkey, (uint64_t)r), "ibv_post_recv");
         int go;
         CHECK(read(in, &go, sizeof go) == sizeof go && go == r, "round %d: no word", r);
         union ibv_gid mgid = group(parent, r);
         CHECK(!ibv_attach_mcast(s.qp, &mgid, 0), "ibv_attach_mcast");
         CHECK(write(out, &r, sizeof r) == sizeof r, "answer");
-        struct timespec t0, now;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
         struct ibv_wc wc;
-        int n;
-        do {
-            n = ibv_poll_cq(s.cq, 1, &wc);
-            CHECK(n >= 0, "ibv_poll_cq");
-            clock_gettime(CLOCK_MONOTONIC, &now);
-        } while (n == 0 && now.tv_sec - t0.tv_sec < 5);
+        int n = ih_poll(s.cq, &wc, IH_WAIT_MS);
         CHECK(n == 1, "round %d: the datagram sent right after the attach did not arrive", r);
         CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)r, "receive %d", wc.status);
-        int got = atoi(buf + GRH);
+        int got = atoi(s.b.buf + GRH);
         CHECK(got == r, "round %d: received round %d's datagram", r, got);
         CHECK(!ibv_detach_mcast(s.qp, &mgid, 0), "ibv_detach_mcast");
     }
@@ -111,17 +86,11 @@ static int child(pid_t parent, int in, int out)
 
 static void send_to_group(struct side *s, struct ibv_ah *ah, int r)
 {
-    char text[16];
-    snprintf(text, sizeof text, "%d", r);
-    struct ibv_sge g = { (uintptr_t)text, (uint32_t)strlen(text) + 1, 0 };
-    struct ibv_send_wr w = { .wr_id = (uint64_t)r, .sg_list = &g, .num_sge = 1,
-        .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED,
-        .wr.ud = { .ah = ah, .remote_qpn = MCAST_QPN, .remote_qkey = QKEY } }, *bad;
-    CHECK(!ibv_post_send(s->qp, &w, &bad), "ibv_post_send");
+    snprintf(s->b.buf, s->b.len, "%d", r);
+    CHECK(!ih_post_ud(s->qp, ah, MCAST_QPN, s->b.buf, (uint32_t)strlen(s->b.buf) + 1,
+                      s->b.mr->lkey, (uint64_t)r), "ibv_post_send");
     struct ibv_wc wc;
-    int n;
-    while ((n = ibv_poll_cq(s->cq, 1, &wc)) == 0)
-        ; /* alarm() bounds this */
+    int n = ih_poll(s->cq, &wc, IH_WAIT_MS);
     CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "send: %d, status %d", n, wc.status);
 }
 
@@ -144,9 +113,8 @@ int main(void)
     struct side s;
     open_side(&s);
     for (int r = 0; r < ROUNDS; r++) {
-        struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1, .dlid = 0xc000,
-                                  .grh = { .hop_limit = 1, .dgid = group(parent, r) } };
-        struct ibv_ah *ah = ibv_create_ah(s.pd, &aa);
+        union ibv_gid mgid = group(parent, r);
+        struct ibv_ah *ah = ih_ah(&s.d, &mgid);
         CHECK(ah, "ibv_create_ah");
         /* A send to the group while it has no member: we know the group, empty. */
         send_to_group(&s, ah, -1);
