@@ -126,21 +126,6 @@ static struct ibv_qp *target_with_rc_attrs(void)
 	return qp;
 }
 
-/* An XRC SRQ of 8 receives in `x`, completing on `cq`. */
-static struct ibv_srq *xrc_srq(struct ih_dev *dev, struct ibv_xrcd *x, struct ibv_cq *cq)
-{
-	struct ibv_srq_init_attr_ex a;
-	memset(&a, 0, sizeof a);
-	a.attr.max_wr = 8;
-	a.attr.max_sge = 1;
-	a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-	a.srq_type = IBV_SRQT_XRC;
-	a.pd = dev->pd;
-	a.xrcd = x;
-	a.cq = cq;
-	return ibv_create_srq_ex(dev->ctx, &a);
-}
-
 /* Another process with an XRC SRQ in a domain on `path`: it writes its SRQ number to `out`, then holds the SRQ
  * until `in` has something to read (or is closed). */
 static void other_process(const char *path, int in, int out)
@@ -153,7 +138,7 @@ static void other_process(const char *path, int in, int out)
 					 .oflags = O_CREAT };
 	struct ibv_xrcd *x = ibv_open_xrcd(od.ctx, &xa);
 	struct ibv_cq *cq = ibv_create_cq(od.ctx, 16, NULL, NULL, 0);
-	struct ibv_srq *s = x && cq ? xrc_srq(&od, x, cq) : NULL;
+	struct ibv_srq *s = x && cq ? ih_xrc_srq(&od, x, cq, 8) : NULL;
 	uint32_t n = 0;
 	if (!s || ibv_get_srq_num(s, &n) != 0 || write(out, &n, sizeof n) != sizeof n)
 		_exit(3);
@@ -225,7 +210,7 @@ int main(void)
 	      "buffer");
 	for (int i = 0; i < 2; i++) {
 		rcq[i] = ibv_create_cq(d.ctx, 16, NULL, NULL, 0);
-		srq[i] = xrc_srq(&d, xrcd, rcq[i]);
+		srq[i] = ih_xrc_srq(&d, xrcd, rcq[i], 8);
 		CHECK(srq[i] && ibv_get_srq_num(srq[i], &srqn[i]) == 0, "XRC SRQ %d: %s", i, conf_errname(errno));
 		struct ibv_sge sge = { (uintptr_t)b.buf + 1024 * (i + 1), 64, b.mr->lkey };
 		struct ibv_recv_wr r = { .wr_id = 100 + i, .sg_list = &sge, .num_sge = 1 }, *bad;

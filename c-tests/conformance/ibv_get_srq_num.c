@@ -17,18 +17,8 @@ int main(int argc, char **argv)
 					 .oflags = O_CREAT };
 	struct ibv_xrcd *x = ibv_open_xrcd(d.ctx, &xa);
 	struct ibv_srq *s[2] = { 0 };
-	for (int i = 0; x && i < 2; i++) {
-		struct ibv_srq_init_attr_ex a;
-		memset(&a, 0, sizeof a);
-		a.attr.max_wr = 4;
-		a.attr.max_sge = 1;
-		a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-		a.srq_type = IBV_SRQT_XRC;
-		a.pd = d.pd;
-		a.xrcd = x;
-		a.cq = cq;
-		s[i] = ibv_create_srq_ex(d.ctx, &a);
-	}
+	for (int i = 0; x && i < 2; i++)
+		s[i] = ih_xrc_srq(&d, x, cq, 4);
 	/* RETURN VALUE: 0 and the number; two XRC SRQs have different numbers. */
 	uint32_t n0 = 0, n1 = 0;
 	int r0 = s[0] ? ibv_get_srq_num(s[0], &n0) : -1, r1 = s[1] ? ibv_get_srq_num(s[1], &n1) : -1;

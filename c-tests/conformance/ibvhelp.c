@@ -300,6 +300,20 @@ int ih_post_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, void *buf, ui
 	return ibv_post_send(qp, &wr, &bad);
 }
 
+struct ibv_srq *ih_xrc_srq(struct ih_dev *d, struct ibv_xrcd *x, struct ibv_cq *cq, uint32_t max_wr)
+{
+	struct ibv_srq_init_attr_ex a;
+	memset(&a, 0, sizeof a);
+	a.attr.max_wr = max_wr;
+	a.attr.max_sge = 1;
+	a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	a.srq_type = IBV_SRQT_XRC;
+	a.pd = d->pd;
+	a.xrcd = x;
+	a.cq = cq;
+	return ibv_create_srq_ex(d->ctx, &a);
+}
+
 int ih_poll(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 {
 	long long end = ih_now_ms() + ms;

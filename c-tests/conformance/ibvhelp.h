@@ -86,6 +86,9 @@ struct ibv_ah *ih_ah(struct ih_dev *d, const union ibv_gid *gid);
 int ih_post_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, void *buf, uint32_t len, uint32_t lkey,
 	       uint64_t wr_id);
 
+/* An XRC SRQ of max_wr receives (one SGE each) in domain x, completing on cq; NULL on failure. */
+struct ibv_srq *ih_xrc_srq(struct ih_dev *d, struct ibv_xrcd *x, struct ibv_cq *cq, uint32_t max_wr);
+
 /* One completion within ms: 1 got it, 0 timeout, -1 poll error. */
 int ih_poll(struct ibv_cq *cq, struct ibv_wc *wc, int ms);
 

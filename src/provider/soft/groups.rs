@@ -162,10 +162,11 @@ pub struct Senders {
 
 static SENDERS: PerProcess<Mutex<Senders>> = PerProcess::new(|| Mutex::new(Senders::default()));
 
-/// The QPs attached to `mgid` on this host, for a send (see the module's text).
-pub fn members(mgid: &[u8; 16]) -> Vec<u32> {
-    let mut s = lock(SENDERS.get());
-    s.members(mgid)
+/// The QPs attached to `mgid` on this host, for a send (see the module's text), into `out`
+/// (cleared first; a buffer the caller keeps, so a send allocates nothing).
+pub fn members_into(mgid: &[u8; 16], out: &mut Vec<u32>) {
+    out.clear();
+    lock(SENDERS.get()).members_into(mgid, out);
 }
 
 /// A member of `mgid` that a send found gone: dropped from this process's list.
@@ -177,7 +178,7 @@ pub fn gone(mgid: &[u8; 16], qpn: u32) {
 }
 
 impl Senders {
-    fn members(&mut self, mgid: &[u8; 16]) -> Vec<u32> {
+    fn members_into(&mut self, mgid: &[u8; 16], out: &mut Vec<u32>) {
         let stale = match self.groups.get(mgid) {
             // A plain load per send; the flag is taken only when set.
             Some(Group { nudged: Some(f), .. }) => {
@@ -190,14 +191,14 @@ impl Senders {
                     true
                 }
                 // No marker, so no nudges: list every time rather than miss a joiner.
-                Err(_) => return members_now(mgid),
+                Err(_) => return out.extend(members_now(mgid)),
             },
         };
-        let Some(g) = self.groups.get_mut(mgid) else { return Vec::new() };
+        let Some(g) = self.groups.get_mut(mgid) else { return };
         if stale {
             g.members = members_now(mgid);
         }
-        g.members.clone()
+        out.extend_from_slice(&g.members);
     }
 }
 
@@ -275,6 +276,19 @@ fn nudged(marker: &OwnedFd) -> bool {
 mod tests {
     use super::*;
 
+    /// What a send to `mgid` from `s` would be offered to.
+    fn members_of(s: &mut Senders, mgid: &[u8; 16]) -> Vec<u32> {
+        let mut out = Vec::new();
+        s.members_into(mgid, &mut out);
+        out
+    }
+
+    fn members(mgid: &[u8; 16]) -> Vec<u32> {
+        let mut out = Vec::new();
+        members_into(mgid, &mut out);
+        out
+    }
+
     fn gid(tag: u8) -> [u8; 16] {
         // A group of this test process alone (the pid keeps parallel runs apart).
         let mut g = [0xff; 16];
@@ -302,16 +316,16 @@ mod tests {
         let g = gid(1);
         let mut s = Senders::default();
         let a = join(&g, 0x10_0001).expect("join a");
-        assert_eq!(s.members(&g), vec![0x10_0001]);
+        assert_eq!(members_of(&mut s, &g), vec![0x10_0001]);
         assert!(s.groups[&g].nudged.is_some(), "the progress thread watches the marker");
         // A member bound behind the sender's back, without the nudge, is not listed: proof
         // that the list is kept between sends rather than made again.
         let silent = unix::bind_dgram(&format!("{}{:06x}", group_prefix(&g), 0x10_0002)).unwrap();
-        assert_eq!(s.members(&g), vec![0x10_0001]);
+        assert_eq!(members_of(&mut s, &g), vec![0x10_0001]);
         // A join nudges the sender and returns once its progress thread has answered, so the
         // next send lists the group again: all three now.
         let b = join(&g, 0x10_0003).expect("join b");
-        let mut m = s.members(&g);
+        let mut m = members_of(&mut s, &g);
         m.sort();
         assert_eq!(m, vec![0x10_0001, 0x10_0002, 0x10_0003]);
         drop((a, b, silent));

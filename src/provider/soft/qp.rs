@@ -55,6 +55,8 @@ pub struct Inner {
     pub(super) ud_backlog: super::ud_backlog::Backlog,
     /// UD: the shared-memory rings towards destinations on this host.
     pub(super) ud_rings: super::ud_ring::Senders,
+    /// UD: the members of the group a multicast send goes to (kept, so sends allocate nothing).
+    pub(super) mcast_members: Vec<u32>,
     /// XRC target: the receive side of the request being executed (see `rc_recv::rx_*`).
     pub(super) xrc_cur: Option<XrcTarget>,
     /// A capture of the ring path (`ring_capture`): the `sq_psn` its count started from, and
@@ -157,6 +159,7 @@ impl SoftQp {
                 ud_remote: Vec::new(),
                 ud_backlog: Default::default(),
                 ud_rings: Default::default(),
+                mcast_members: Vec::new(),
                 xrc_cur: None,
                 capture_psn: None,
                 capture_msn: 0,

@@ -74,10 +74,11 @@ impl SoftQp {
             h.flags |= UD_SOLICITED;
         }
         let payload = &buf[..n];
-        // Destinations on this host: the QPN, or the group's members here.
-        let members;
+        // Destinations on this host: the QPN, or the group's members here (listed into the
+        // QP's own buffer, put back below).
+        let mut members = std::mem::take(&mut st.mcast_members);
         let local: &[u32] = if ud.remote_qpn == MCAST_QPN {
-            members = super::groups::members(&dgid);
+            super::groups::members_into(&dgid, &mut members);
             &members
         } else if self.is_remote(st, &dgid) {
             self.send_ud_net(&h, sgid, dgid, payload);
@@ -109,6 +110,7 @@ impl SoftQp {
                 })
                 .collect()
         };
+        st.mcast_members = members;
         let mut on_net = false;
         if ud.remote_qpn == MCAST_QPN {
             // Members in other namespaces: one RoCEv2 datagram to the IP group.

@@ -70,6 +70,14 @@ pub fn is_setup(b: &[u8]) -> bool {
         && Ctl::from_bytes(b).is_some_and(|c| c.magic == CTL_MAGIC)
 }
 
+/// Whether a ring into QP `qpn` may carry the message with header `h`: one for that QP, or a
+/// multicast member's copy (whose header names the group, which the receiver checks it is
+/// attached to). Both ends apply it: the sender to choose the ring, the receiver to drop a ring
+/// that carries anything else.
+fn for_ring_of(h: &UdHdr, qpn: u32) -> bool {
+    h.dst_qpn == qpn || h.dst_qpn == MCAST_QPN
+}
+
 /// Slots a record of `len` payload bytes takes.
 fn slots_for(len: usize) -> u64 {
     if HDR_LEN + len <= SLOT_SIZE {
@@ -158,9 +166,7 @@ impl Senders {
         msgs: &[(UdHdr, &[u8])],
         parts: &[&[u8]],
     ) -> Taken {
-        // A ring carries messages for its QP: its own, and a multicast member's copies (whose
-        // header names the group, which the receiver checks it is attached to).
-        if msgs.is_empty() || msgs.iter().any(|(h, _)| h.dst_qpn != dst && h.dst_qpn != MCAST_QPN) {
+        if msgs.is_empty() || msgs.iter().any(|(h, _)| !for_ring_of(h, dst)) {
             return by_socket(sock, dst, parts, msgs.len().max(1));
         }
         loop {
@@ -436,7 +442,7 @@ impl Receivers {
                 unsafe { std::ptr::copy_nonoverlapping(s0, hb.as_mut_ptr(), HDR_LEN) };
                 let Some(h) = UdHdr::from_bytes(&hb) else { return false };
                 let len = h.len as usize;
-                if !h.valid(HDR_LEN + len) || (h.dst_qpn != me && h.dst_qpn != MCAST_QPN) {
+                if !h.valid(HDR_LEN + len) || !for_ring_of(&h, me) {
                     return false;
                 }
                 let need = slots_for(len);
